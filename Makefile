@@ -1,0 +1,12 @@
+# Shortcuts; the README's commands (python3 scripts/dev.py ...) work without make.
+.PHONY: demo test lint bench bench-quick
+demo:
+	python3 scripts/dev.py demo
+test:
+	python3 scripts/dev.py test
+lint:
+	python3 scripts/dev.py lint
+bench:
+	python3 scripts/dev.py bench
+bench-quick:
+	python3 scripts/dev.py bench --quick

@@ -1,0 +1,62 @@
+"""genpark-repl-tools: run agent-written Python in per-conversation namespaces.
+
+    from genpark_repl_tools import ReplEngine
+    with ReplEngine() as engine:
+        result = engine.run("x = 6 * 7\nx", session="user-42")
+        print(result.to_observation())
+"""
+
+from __future__ import annotations
+
+from ._boundary import BaseBoundary, ExecutionRequest, MockBoundary
+from ._engine import ReplEngine
+from ._exceptions import (
+    BoundaryError,
+    CapacityError,
+    EngineClosed,
+    MissingDependency,
+    ReplError,
+    SessionNotFound,
+    VariableNotFound,
+)
+from ._inprocess import InProcessBoundary
+from ._limits import Limits
+from ._models import (
+    Attachment,
+    AuditFinding,
+    AuditReport,
+    ErrorInfo,
+    ExecutionResult,
+    Status,
+    VariableChanges,
+    VariableInfo,
+)
+from .policy import Policy
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Attachment",
+    "AuditFinding",
+    "AuditReport",
+    "BaseBoundary",
+    "BoundaryError",
+    "CapacityError",
+    "EngineClosed",
+    "ErrorInfo",
+    "ExecutionRequest",
+    "ExecutionResult",
+    "InProcessBoundary",
+    "Limits",
+    "MissingDependency",
+    "MockBoundary",
+    "Policy",
+    "ReplEngine",
+    "ReplError",
+    "SessionNotFound",
+    "Status",
+    "VariableChanges",
+    "VariableInfo",
+    "VariableNotFound",
+    "__version__",
+]

@@ -1,0 +1,137 @@
+"""Where code runs. A boundary is one narrow contract: execute a request, describe a session, close.
+
+    BaseBoundary          the contract every boundary passes (genpark_repl_tools.testing)
+    ├── InProcessBoundary the caller's process: microseconds, namespace isolation + policy layers
+    ├── SubprocessBoundary a worker process per session (genpark_repl_tools.boundaries.subprocess)
+    └── MockBoundary      answers with a handler you give it; for tests of code built on the engine
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._exceptions import EngineClosed, SessionNotFound, VariableNotFound
+from ._limits import Limits
+from ._models import ExecutionResult, VariableInfo
+from .policy import Policy
+
+__all__ = ["BaseBoundary", "ExecutionRequest", "MockBoundary"]
+
+
+class ExecutionRequest(BaseModel):
+    """One call to run code in a session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str
+    session: str = "default"
+    timeout_s: float | None = Field(None, gt=0, description="Overrides Limits.timeout_s for this call.")
+
+
+class BaseBoundary(ABC):
+    """Runs requests for many sessions under one policy and one set of limits.
+
+    Security model: whatever the concrete boundary states; this base only fixes the contract.
+    Implementations must be safe to call from many threads: calls on one session are serialized,
+    calls on different sessions may run in parallel.
+    """
+
+    name: str = "base"
+
+    def __init__(self, policy: Policy, limits: Limits) -> None:
+        self.policy = policy
+        self.limits = limits
+        self._closed = False
+
+    @abstractmethod
+    def execute(self, request: ExecutionRequest) -> ExecutionResult:
+        """Run the request's code in its session, creating the session on first use."""
+
+    @abstractmethod
+    def variables(self, session: str, *, include_hidden: bool = False) -> list[VariableInfo]:
+        """Describe the session's variables (modules and `_private` names hidden unless asked)."""
+
+    @abstractmethod
+    def inspect(self, session: str, name: str) -> VariableInfo:
+        """Describe one variable; raises SessionNotFound / VariableNotFound."""
+
+    @abstractmethod
+    def reset(self, session: str) -> None:
+        """Empty the session's namespace (the session stays, its counter restarts)."""
+
+    @abstractmethod
+    def close_session(self, session: str) -> bool:
+        """Forget the session and free what it holds; False if there was none."""
+
+    @abstractmethod
+    def sessions(self) -> list[str]:
+        """Live session ids."""
+
+    def describe(self) -> dict[str, Any]:
+        """What this boundary actually enforces here (never claims a protection that is off)."""
+        return {"boundary": self.name, "policy": self.policy.name}
+
+    def close(self) -> None:
+        """Close every session and release the boundary's resources. Idempotent."""
+        for session in self.sessions():
+            self.close_session(session)
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineClosed(f"the {self.name} boundary is closed")
+
+
+Handler = Callable[[ExecutionRequest], ExecutionResult]
+
+
+class MockBoundary(BaseBoundary):
+    """Answers every request with `handler(request)`; records sessions. Runs no code at all.
+
+    For testing code built on the engine (adapters, agents) without executing anything.
+    """
+
+    name = "mock"
+
+    def __init__(self, handler: Handler, policy: Policy | None = None, limits: Limits | None = None) -> None:
+        super().__init__(policy or Policy.trusted(), limits or Limits())
+        self._handler = handler
+        self._sessions: dict[str, list[ExecutionRequest]] = {}
+        self._lock = threading.Lock()
+
+    def execute(self, request: ExecutionRequest) -> ExecutionResult:
+        self._check_open()
+        with self._lock:
+            self._sessions.setdefault(request.session, []).append(request)
+        return self._handler(request)
+
+    def requests(self, session: str) -> list[ExecutionRequest]:
+        return list(self._sessions.get(session, ()))
+
+    def variables(self, session: str, *, include_hidden: bool = False) -> list[VariableInfo]:
+        self._require(session)
+        return []
+
+    def inspect(self, session: str, name: str) -> VariableInfo:
+        self._require(session)
+        raise VariableNotFound(f"name {name!r} is not defined in session {session!r}")
+
+    def reset(self, session: str) -> None:
+        self._require(session)
+
+    def close_session(self, session: str) -> bool:
+        with self._lock:
+            return self._sessions.pop(session, None) is not None
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            return list(self._sessions)
+
+    def _require(self, session: str) -> None:
+        if session not in self._sessions:
+            raise SessionNotFound(f"no session {session!r}")

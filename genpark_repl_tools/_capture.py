@@ -1,0 +1,216 @@
+"""Per-execution capture of stdout/stderr that is safe under threads and asyncio.
+
+`contextlib.redirect_stdout` swaps one process-wide object, so concurrent executions would write into
+each other's buffers. Here `sys.stdout`/`sys.stderr` are replaced by routers only while at least one
+execution is running; a router sends each write to the capture of the *current execution context*
+(a `ContextVar`), and every other write (host threads, code outside any execution) to the stream
+that was there before. When the last execution ends the original streams are put back, also when
+the executed code (trusted policy) assigned `sys.stdout` itself.
+
+Threads started by the executed code do not inherit the context (CPython does not copy it into new
+threads), so their output goes to the host's stream; asyncio tasks do inherit it.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+from contextvars import ContextVar
+from typing import Any, TextIO
+
+__all__ = ["BoundedText", "Capture", "capturing"]
+
+
+class BoundedText:
+    """Text kept as head + tail within `limit` characters, however much is written."""
+
+    __slots__ = ("_head", "_head_len", "_head_limit", "_tail", "_tail_len", "_tail_limit", "total")
+
+    def __init__(self, limit: int) -> None:
+        self._head_limit = limit // 2
+        self._tail_limit = limit - self._head_limit
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail: list[str] = []
+        self._tail_len = 0
+        self.total = 0
+
+    def write(self, text: str) -> None:
+        n = len(text)
+        if not n:
+            return
+        self.total += n
+        room = self._head_limit - self._head_len
+        if room > 0:
+            part = text[:room]
+            self._head.append(part)
+            self._head_len += len(part)
+            text = text[room:]
+            if not text:
+                return
+        self._tail.append(text)
+        self._tail_len += len(text)
+        if self._tail_len > 2 * self._tail_limit:
+            # Compact: memory stays within a small multiple of the limit while a cell prints forever.
+            joined = "".join(self._tail)[-self._tail_limit :]
+            self._tail = [joined]
+            self._tail_len = len(joined)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self._head_limit + self._tail_limit
+
+    def getvalue(self) -> str:
+        head = "".join(self._head)
+        tail = "".join(self._tail)
+        if not self.truncated:
+            return head + tail
+        tail = tail[-self._tail_limit :]
+        omitted = self.total - len(head) - len(tail)
+        return f"{head}\n[... {omitted:,} characters omitted ...]\n{tail}"
+
+
+class Capture:
+    """The buffers of one execution."""
+
+    __slots__ = ("stderr", "stdout")
+
+    def __init__(self, limit: int) -> None:
+        self.stdout = BoundedText(limit)
+        self.stderr = BoundedText(limit)
+
+
+_current: ContextVar[Capture | None] = ContextVar("genpark_repl_capture", default=None)
+
+
+class _BinaryView:
+    """`sys.stdout.buffer` while capturing: bytes are decoded into the text capture."""
+
+    def __init__(self, target: BoundedText) -> None:
+        self._target = target
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self._target.write(bytes(data).decode("utf-8", "replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        return None
+
+
+class _Router(io.TextIOBase):
+    """Stands in for sys.stdout or sys.stderr; sends writes to the current context's capture."""
+
+    def __init__(self, name: str, fallback: TextIO | None) -> None:
+        super().__init__()
+        self._name = name
+        self.fallback = fallback
+
+    def _target(self) -> BoundedText | None:
+        cap = _current.get()
+        if cap is None:
+            return None
+        return cap.stdout if self._name == "stdout" else cap.stderr
+
+    def write(self, s: str) -> int:
+        target = self._target()
+        if target is None:
+            return self.fallback.write(s) if self.fallback is not None else len(s)
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        target.write(s)
+        return len(s)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._target() is None and self.fallback is not None:
+            self.fallback.flush()
+
+    def isatty(self) -> bool:
+        if self._target() is None and self.fallback is not None:
+            return self.fallback.isatty()
+        return False
+
+    def fileno(self) -> int:
+        if self._target() is None and self.fallback is not None:
+            return self.fallback.fileno()
+        raise io.UnsupportedOperation("captured output has no file descriptor")
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def buffer(self) -> Any:
+        target = self._target()
+        if target is None:
+            return getattr(self.fallback, "buffer", None)
+        return _BinaryView(target)
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.fallback, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self.fallback, "errors", None) or "strict"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fallback, name)
+
+
+_lock = threading.Lock()
+_active = 0
+_routers: tuple[_Router, _Router] | None = None
+
+
+def _install() -> None:
+    global _active, _routers
+    with _lock:
+        if _active == 0:
+            out, err = _Router("stdout", sys.stdout), _Router("stderr", sys.stderr)
+            _routers = (out, err)
+            sys.stdout, sys.stderr = out, err
+        else:
+            _reinstall_locked()
+        _active += 1
+
+
+def _reinstall_locked() -> None:
+    # Executed code (trusted policy) may have replaced the streams; put the routers back.
+    if _routers is not None:
+        if sys.stdout is not _routers[0]:
+            sys.stdout = _routers[0]
+        if sys.stderr is not _routers[1]:
+            sys.stderr = _routers[1]
+
+
+def _uninstall() -> None:
+    global _active, _routers
+    with _lock:
+        _active -= 1
+        if _active == 0 and _routers is not None:
+            out, err = _routers
+            sys.stdout = out.fallback  # type: ignore[assignment]
+            sys.stderr = err.fallback  # type: ignore[assignment]
+            _routers = None
+
+
+class capturing:  # noqa: N801 - used like a function: `with capturing(cap):`
+    """Route this context's stdout/stderr into `cap` for the duration of the block."""
+
+    __slots__ = ("_cap", "_token")
+
+    def __init__(self, cap: Capture) -> None:
+        self._cap = cap
+
+    def __enter__(self) -> Capture:
+        _install()
+        self._token = _current.set(self._cap)
+        return self._cap
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self._token)
+        _uninstall()

@@ -1,0 +1,178 @@
+"""ReplEngine: the public face. Sessions, policy and limits in; ExecutionResult out."""
+
+from __future__ import annotations
+
+import asyncio
+import ast
+from types import TracebackType
+from typing import Any
+
+from ._boundary import BaseBoundary, ExecutionRequest
+from ._exceptions import EngineClosed
+from ._limits import Limits
+from ._models import AuditReport, ErrorInfo, ExecutionResult, VariableInfo
+from .policy import Policy, runtime_for
+
+__all__ = ["ReplEngine"]
+
+_MAX_SESSION_ID = 256
+
+
+class ReplEngine:
+    """Runs agent-written Python in named sessions, one namespace per conversation.
+
+    Security model: that of the boundary and policy it is given. The default in-process boundary
+    guards the host against accidents and casual misuse, not against a determined attacker: for
+    untrusted code use `boundary="subprocess"`. See docs/security.md.
+
+        with ReplEngine(policy="trusted") as engine:
+            engine.run("x = 41")
+            engine.run("x + 1").value   # '42'
+    """
+
+    def __init__(
+        self,
+        policy: str | Policy = "trusted",
+        boundary: str | BaseBoundary = "inprocess",
+        limits: Limits | None = None,
+        **boundary_options: Any,
+    ) -> None:
+        if isinstance(boundary, BaseBoundary):
+            if boundary_options:
+                raise TypeError("boundary options apply only when the boundary is given by name")
+            self._boundary = boundary
+        else:
+            resolved = Policy.preset(policy) if isinstance(policy, str) else policy
+            if not isinstance(resolved, Policy):
+                raise TypeError(f"policy must be a preset name or a Policy, not {type(policy).__name__}")
+            self._boundary = _make_boundary(boundary, resolved, limits or Limits(), boundary_options)
+        self._closed = False
+
+    # ---- properties -----------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        return self._boundary.policy
+
+    @property
+    def limits(self) -> Limits:
+        return self._boundary.limits
+
+    @property
+    def boundary(self) -> BaseBoundary:
+        return self._boundary
+
+    # ---- running --------------------------------------------------------------------------------
+
+    def run(self, code: str, session: str = "default", *, timeout_s: float | None = None) -> ExecutionResult:
+        """Run `code` in `session` and return what happened. Errors in the code are data, not raises."""
+        self._check_open()
+        _check_session(session)
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, not {type(code).__name__}")
+        if len(code) > self.limits.max_code_chars:
+            return ExecutionResult(
+                status="error",
+                session=session,
+                policy=self.policy.name,
+                boundary=self._boundary.name,
+                error=ErrorInfo(
+                    type="InputTooLarge",
+                    message=f"code has {len(code):,} characters; the limit is {self.limits.max_code_chars:,}",
+                    hint="Send smaller pieces of code; keep data in files or variables, not in the code.",
+                ),
+            )
+        request = ExecutionRequest(code=code, session=session, timeout_s=timeout_s)
+        return self._boundary.execute(request)
+
+    async def arun(
+        self, code: str, session: str = "default", *, timeout_s: float | None = None
+    ) -> ExecutionResult:
+        """`run` without blocking the event loop (the code runs on a worker thread)."""
+        return await asyncio.to_thread(self.run, code, session, timeout_s=timeout_s)
+
+    def audit(self, code: str) -> AuditReport:
+        """What the static audit says about `code` under this engine's policy, without running it."""
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, not {type(code).__name__}")
+        runtime = runtime_for(self.policy)
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError):
+            # A syntax error is not the audit's to refuse: run() reports it with line and caret.
+            return AuditReport(policy=self.policy.name, allowed=True)
+        findings = runtime.audit(tree, code)
+        return AuditReport(policy=self.policy.name, allowed=not findings, findings=findings)
+
+    # ---- sessions -------------------------------------------------------------------------------
+
+    def variables(self, session: str = "default", *, include_hidden: bool = False) -> list[VariableInfo]:
+        self._check_open()
+        _check_session(session)
+        return self._boundary.variables(session, include_hidden=include_hidden)
+
+    def inspect(self, name: str, session: str = "default") -> VariableInfo:
+        self._check_open()
+        _check_session(session)
+        return self._boundary.inspect(session, name)
+
+    def reset(self, session: str = "default") -> None:
+        self._check_open()
+        _check_session(session)
+        self._boundary.reset(session)
+
+    def sessions(self) -> list[str]:
+        self._check_open()
+        return self._boundary.sessions()
+
+    def describe(self) -> dict[str, Any]:
+        """What the boundary and policy actually enforce on this machine."""
+        return self._boundary.describe()
+
+    def close(self, session: str | None = None) -> bool:
+        """Close one session (returns whether it existed), or with no argument the whole engine."""
+        if session is not None:
+            self._check_open()
+            _check_session(session)
+            return self._boundary.close_session(session)
+        if not self._closed:
+            self._closed = True
+            self._boundary.close()
+        return True
+
+    def __enter__(self) -> ReplEngine:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._boundary.sessions())} sessions"
+        return f"<ReplEngine policy={self.policy.name!r} boundary={self._boundary.name!r} {state}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineClosed("this ReplEngine is closed; create a new one")
+
+
+def _check_session(session: object) -> None:
+    if not isinstance(session, str):
+        raise TypeError(f"session must be a str, not {type(session).__name__}")
+    if not session or len(session) > _MAX_SESSION_ID or not session.isprintable():
+        raise ValueError(f"session id must be 1-{_MAX_SESSION_ID} printable characters, got {session!r:.80}")
+
+
+def _make_boundary(name: str, policy: Policy, limits: Limits, options: dict[str, Any]) -> BaseBoundary:
+    if name == "inprocess":
+        from ._inprocess import InProcessBoundary
+
+        if options:
+            raise TypeError(f"the inprocess boundary takes no options, got {sorted(options)}")
+        return InProcessBoundary(policy, limits)
+    if name == "subprocess":
+        from .boundaries.subprocess import SubprocessBoundary
+
+        return SubprocessBoundary(policy, limits, **options)
+    raise ValueError(f"unknown boundary {name!r}; choose 'inprocess' or 'subprocess', or pass a BaseBoundary")

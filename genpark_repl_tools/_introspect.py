@@ -1,0 +1,171 @@
+"""Describe values without ever rendering a huge object in full.
+
+Runs on the executing thread, inside the execution's guarded region: a user-defined `__repr__` or
+`__len__` is user code, so it is subject to the same timeout and policy as the cell itself.
+"""
+
+from __future__ import annotations
+
+import inspect as _inspect
+import reprlib
+import types
+from typing import Any
+
+from ._models import VariableInfo
+from ._watchdog import ExecutionTimeout
+
+__all__ = ["bounded_repr", "describe", "type_name"]
+
+_FUNCTION_TYPES = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.BuiltinMethodType,
+)
+
+
+class _Repr(reprlib.Repr):
+    """reprlib walks builtin containers lazily, so a 10**6-element list costs only what is shown."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.maxlevel = 4
+        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdeque = 40
+        self.maxarray = 40
+        self.maxdict = 30
+        self.maxstring = limit
+        self.maxlong = limit
+        self.maxother = limit
+
+    def repr_int(self, x: int, level: int) -> str:
+        try:
+            return super().repr_int(x, level)
+        except ValueError:  # more digits than sys.get_int_max_str_digits() allows
+            return f"<int with {x.bit_length():,} bits>"
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        # Objects that summarise themselves (numpy, pandas) stay readable; others are cut after.
+        return repr(x)
+
+
+_reprs: dict[int, _Repr] = {}
+
+
+def bounded_repr(obj: Any, limit: int) -> tuple[str, bool]:
+    """Return (text, truncated) with len(text) <= limit + a short marker."""
+    r = _reprs.get(limit)
+    if r is None:
+        r = _reprs[limit] = _Repr(limit)
+    try:
+        text = r.repr(obj)
+    except ExecutionTimeout:
+        raise
+    except BaseException as exc:  # a broken __repr__ is the user's; say so instead of failing the run
+        text = f"<repr failed: {type(exc).__name__}>"
+    if len(text) <= limit:
+        return text, False
+    return f"{text[:limit]}... [{len(text) - limit:,} more characters]", True
+
+
+def type_name(obj: Any) -> str:
+    cls = type(obj)
+    module = getattr(cls, "__module__", "builtins")
+    qual = getattr(cls, "__qualname__", cls.__name__)
+    return qual if module in ("builtins", None) else f"{module}.{qual}"
+
+
+def _kind(obj: Any) -> str:
+    if isinstance(obj, types.ModuleType):
+        return "module"
+    if isinstance(obj, type):
+        return "class"
+    if isinstance(obj, _FUNCTION_TYPES) or type(obj).__name__ == "partial":
+        return "function"
+    return "value"
+
+
+def _callable_repr(name: str, obj: Any, kind: str) -> str:
+    try:
+        sig = str(_inspect.signature(obj))
+    except ExecutionTimeout:
+        raise
+    except BaseException:
+        sig = "(...)"
+    return f"class {name}{sig}" if kind == "class" else f"def {name}{sig}"
+
+
+def describe(name: str, obj: Any, limit: int) -> VariableInfo:
+    kind = _kind(obj)
+    truncated = False
+    if kind in ("function", "class"):
+        text = _callable_repr(name, obj, kind)
+    else:
+        text, truncated = bounded_repr(obj, limit)
+    length = shape = dtype = size = None
+    if kind == "value":
+        length = _cheap_len(obj)
+        shape = _shape(obj)
+        if shape is not None:
+            dtype = _attr_text(obj, "dtype")
+            raw_size = _attr(obj, "size")
+            size = raw_size if isinstance(raw_size, int) and not isinstance(raw_size, bool) else None
+    return VariableInfo.model_construct(
+        name=name,
+        type=type_name(obj),
+        kind=kind,
+        repr=text,
+        repr_truncated=truncated,
+        len=length,
+        shape=shape,
+        dtype=dtype,
+        size=size,
+        summary=None,
+    )
+
+
+def _cheap_len(obj: Any) -> int | None:
+    if not hasattr(type(obj), "__len__"):
+        return None
+    try:
+        n = len(obj)
+    except ExecutionTimeout:
+        raise
+    except BaseException:  # user-defined __len__ may raise anything; it is not our error
+        return None
+    return n
+
+
+def _shape(obj: Any) -> list[int] | None:
+    # Duck-typed: numpy arrays, pandas frames and the like expose `.shape` as a tuple of ints.
+    if not hasattr(type(obj), "shape"):
+        return None
+    try:
+        shape = obj.shape
+    except ExecutionTimeout:
+        raise
+    except BaseException:
+        return None
+    if isinstance(shape, tuple) and all(isinstance(d, int) for d in shape):
+        return list(shape)
+    return None
+
+
+def _attr(obj: Any, name: str) -> Any:
+    try:
+        return getattr(obj, name, None)
+    except ExecutionTimeout:
+        raise
+    except BaseException:
+        return None
+
+
+def _attr_text(obj: Any, name: str) -> str | None:
+    value = _attr(obj, name)
+    if value is None:
+        return None
+    try:
+        return str(value)[:80]  # numpy/pandas dtypes print as 'int64', 'float32', ...
+    except ExecutionTimeout:
+        raise
+    except BaseException:
+        return None

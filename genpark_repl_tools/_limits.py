@@ -1,0 +1,32 @@
+"""Resource limits for one execution and for the session that runs it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Limits(BaseModel):
+    """What one execution may use.
+
+    The in-process boundary enforces `timeout_s` (pure-Python code and `time.sleep`), and the output
+    and repr bounds. `memory_mb`, `cpu_s`, `max_open_files` and `max_file_size_mb` need an OS process
+    to hold them: the subprocess boundary enforces them, the in-process boundary reports them as not
+    enforced (see `ReplEngine.describe()`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeout_s: float = Field(30.0, gt=0, description="Wall-clock seconds one execution may take.")
+    max_output_chars: int = Field(
+        20_000, ge=200, description="Characters kept per stream (stdout, stderr): head and tail."
+    )
+    max_repr_chars: int = Field(2_000, ge=40, description="Characters kept of any value's repr.")
+    max_code_chars: int = Field(500_000, ge=100, description="Largest piece of code accepted in one call.")
+    max_sessions: int | None = Field(None, gt=0, description="Live sessions one engine may hold.")
+    max_observation_chars: int = Field(
+        12_000, ge=500, description="Character budget of the text rendered for a model."
+    )
+    memory_mb: int | None = Field(None, gt=0, description="Address-space cap (subprocess boundary).")
+    cpu_s: float | None = Field(None, gt=0, description="CPU seconds per worker (subprocess boundary).")
+    max_open_files: int | None = Field(None, gt=0, description="Open file descriptors (subprocess boundary).")
+    max_file_size_mb: int | None = Field(None, gt=0, description="Largest file written (subprocess boundary).")

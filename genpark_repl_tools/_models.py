@@ -1,0 +1,147 @@
+"""Telemetry: what one execution did, as pydantic models that dump to plain JSON."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["ok", "error", "blocked", "timeout", "crashed"]
+
+__all__ = [
+    "Attachment",
+    "AuditFinding",
+    "AuditReport",
+    "ErrorInfo",
+    "ExecutionResult",
+    "Status",
+    "VariableChanges",
+    "VariableInfo",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class VariableInfo(_Model):
+    """One name in a session, described without ever rendering a huge object in full."""
+
+    name: str
+    type: str = Field(description="Type name, module-qualified unless builtin (e.g. 'int', 'pandas.DataFrame').")
+    kind: Literal["value", "function", "class", "module"] = "value"
+    repr: str = Field(description="Bounded repr; ends with a truncation marker when cut.")
+    repr_truncated: bool = False
+    len: int | None = None
+    shape: list[int] | None = None
+    dtype: str | None = None
+    size: int | None = Field(None, description="Element count where the object reports one (arrays, frames).")
+    summary: str | None = Field(None, description="A compact structural summary for tables and arrays.")
+
+
+class VariableChanges(_Model):
+    created: list[VariableInfo] = Field(default_factory=list)
+    rebound: list[VariableInfo] = Field(default_factory=list)
+    deleted: list[str] = Field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (self.created or self.rebound or self.deleted)
+
+
+class AuditFinding(_Model):
+    """One reason the static audit refuses code."""
+
+    rule: str = Field(description="Stable rule id, e.g. 'import', 'private-name', 'builtin'.")
+    message: str = Field(description="What was refused and what is allowed instead.")
+    line: int | None = None
+    column: int | None = None
+    source_line: str | None = None
+
+
+class AuditReport(_Model):
+    """The static audit's verdict on a piece of code under one policy."""
+
+    policy: str
+    allowed: bool
+    findings: list[AuditFinding] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.allowed:
+            return f"allowed under policy '{self.policy}'"
+        return "\n".join(_finding_text(f) for f in self.findings)
+
+
+def _finding_text(finding: AuditFinding) -> str:
+    where = f"line {finding.line}" if finding.line else "code"
+    if finding.line and finding.column is not None:
+        where = f"line {finding.line}:{finding.column + 1}"
+    text = f"{where}: {finding.message}"
+    if finding.source_line is not None:
+        text += f"\n    {finding.source_line}"
+        if finding.column is not None:
+            text += "\n    " + _caret(finding.source_line, finding.column)
+    return text
+
+
+def _caret(source_line: str, column: int) -> str:
+    # Keep tabs so the caret lines up under the same glyphs.
+    prefix = "".join(ch if ch == "\t" else " " for ch in source_line[:column])
+    return prefix + "^"
+
+
+class ErrorInfo(_Model):
+    """An exception raised by the agent's code (or a syntax error, refusal or timeout)."""
+
+    type: str = Field(description="Exception class name, e.g. 'NameError'.")
+    message: str
+    line: int | None = Field(None, description="Line in the submitted code where it happened.")
+    column: int | None = Field(None, description="0-based column of the failing expression, when known.")
+    end_column: int | None = Field(None, description="0-based end column (exclusive), when known.")
+    source_line: str | None = None
+    traceback: str = Field("", description="Traceback of the user's own frames only, with source lines.")
+    hint: str | None = Field(None, description="What to do about it, for the model.")
+
+
+class Attachment(_Model):
+    """A rich output of the run, such as a figure."""
+
+    kind: Literal["image"] = "image"
+    mime_type: str = "image/png"
+    data_base64: str
+    description: str = ""
+    width: int | None = None
+    height: int | None = None
+
+
+class ExecutionResult(_Model):
+    """What happened when a piece of code ran in a session."""
+
+    status: Status
+    session: str
+    execution_count: int = Field(0, description="Executions this session has run, this one included.")
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    value: str | None = Field(None, description="Bounded repr of a trailing expression's value (REPL style).")
+    value_type: str | None = None
+    value_truncated: bool = False
+    error: ErrorInfo | None = None
+    findings: list[AuditFinding] = Field(default_factory=list, description="Why the audit refused the code.")
+    changes: VariableChanges = Field(default_factory=VariableChanges)
+    attachments: list[Attachment] = Field(default_factory=list)
+    duration_ms: float = 0.0
+    session_restarted: bool = Field(False, description="The session's earlier state was lost before this run.")
+    policy: str = ""
+    boundary: str = ""
+    notes: list[str] = Field(default_factory=list, description="Caveats about this run, for people and models.")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_observation(self, max_chars: int | None = None) -> str:
+        """Render this result as the short, exact text a model reads."""
+        from ._observation import render_observation
+
+        return render_observation(self, max_chars=max_chars)

@@ -1,0 +1,147 @@
+"""Render an ExecutionResult as the text a model reads: short, exact, actionable."""
+
+from __future__ import annotations
+
+from ._models import ExecutionResult, VariableInfo, _caret, _finding_text
+
+__all__ = ["render_observation"]
+
+DEFAULT_MAX_CHARS = 12_000
+_MAX_LISTED_CHANGES = 12
+
+
+def render_observation(result: ExecutionResult, max_chars: int | None = None) -> str:
+    budget = max(200, max_chars or DEFAULT_MAX_CHARS)
+    fixed: list[str] = []
+    if result.session_restarted:
+        fixed.append(
+            "Note: this session was restarted before this run; variables from earlier runs are gone."
+        )
+    fixed.append(_status_line(result))
+    fixed.extend(_location(result))
+    tail: list[str] = []
+    changes = _changes_line(result)
+    if changes:
+        tail.append(changes)
+    for attachment in result.attachments:
+        size = f" {attachment.width}x{attachment.height}" if attachment.width and attachment.height else ""
+        label = attachment.description or "figure"
+        tail.append(f"Attached {attachment.mime_type}{size}: {label}")
+    tail.extend(f"Note: {note}" for note in result.notes)
+    if result.error is not None and result.error.hint:
+        tail.append(f"Hint: {result.error.hint}")
+
+    # Variable-size sections, cut to fit what the fixed ones leave.
+    sections: list[tuple[str, str]] = []
+    traceback = _traceback_section(result)
+    if traceback:
+        sections.append(("Traceback (your code only):", traceback))
+    if result.stdout:
+        sections.append(("stdout:", result.stdout.rstrip("\n")))
+    if result.stderr:
+        sections.append(("stderr:", result.stderr.rstrip("\n")))
+    if result.value is not None:
+        sections.append(("Out:", result.value))
+
+    used = sum(len(p) + 1 for p in fixed + tail) + sum(len(h) + 2 for h, _ in sections)
+    room = max(0, budget - used)
+    bodies = _fit([body for _, body in sections], room)
+    parts = list(fixed)
+    for (header, _), body in zip(sections, bodies):
+        if header == "Out:" and "\n" not in body:
+            parts.append(f"Out: {body}")
+        else:
+            parts.append(f"{header}\n{body}")
+    parts.extend(tail)
+    text = "\n".join(parts)
+    return text if len(text) <= budget else _cut(text, budget)
+
+
+def _status_line(result: ExecutionResult) -> str:
+    error = result.error
+    if result.status == "ok":
+        if result.stdout or result.stderr or result.value is not None:
+            return "OK"
+        return "OK (no output; end the code with an expression or print() to see a value)"
+    if result.status == "blocked":
+        return f"Blocked by policy '{result.policy}': nothing ran and no variable changed."
+    assert error is not None
+    label = {"error": "Error", "timeout": "Timeout", "crashed": "Crashed"}[result.status]
+    if result.status == "error":
+        return f"{label}: {error.type}: {error.message}" if error.message else f"{label}: {error.type}"
+    return f"{label}: {error.message}"
+
+
+def _location(result: ExecutionResult) -> list[str]:
+    if result.status == "blocked":
+        return [_finding_text(f) for f in result.findings]
+    error = result.error
+    if error is None or error.line is None:
+        return []
+    lines = [f"At line {error.line}:"]
+    if error.source_line is not None:
+        lines.append(f"    {error.source_line}")
+        if error.column is not None:
+            caret = _caret(error.source_line, error.column)
+            width = (error.end_column - error.column) if error.end_column else 1
+            lines.append("    " + caret[:-1] + "^" * max(1, width))
+    return ["\n".join(lines)]
+
+
+def _traceback_section(result: ExecutionResult) -> str:
+    # One frame says nothing the location line did not; show the chain only when it has depth.
+    error = result.error
+    if error is None or result.status not in ("error", "timeout") or error.traceback.count('  File "') < 2:
+        return ""
+    return "\n".join(line for line in error.traceback.splitlines()[1:] if line.startswith("  "))
+
+
+def _describe(info: VariableInfo) -> str:
+    extra = []
+    if info.shape is not None:
+        extra.append("shape " + "x".join(str(d) for d in info.shape))
+    elif info.len is not None:
+        extra.append(f"len {info.len}")
+    if info.dtype:
+        extra.append(info.dtype)
+    kind = info.type if info.kind == "value" else info.kind
+    return f"{info.name} ({', '.join([kind, *extra])})"
+
+
+def _changes_line(result: ExecutionResult) -> str:
+    changes = result.changes
+    groups = []
+    for label, items in (
+        ("created", [_describe(v) for v in changes.created]),
+        ("rebound", [_describe(v) for v in changes.rebound]),
+        ("deleted", list(changes.deleted)),
+    ):
+        if items:
+            shown = items[:_MAX_LISTED_CHANGES]
+            more = f" and {len(items) - len(shown)} more" if len(items) > len(shown) else ""
+            groups.append(f"{label} {', '.join(shown)}{more}")
+    return f"Variables: {'; '.join(groups)}" if groups else ""
+
+
+def _fit(bodies: list[str], room: int) -> list[str]:
+    """Cut the longest bodies first until all fit in `room` characters."""
+    total = sum(len(b) for b in bodies)
+    if total <= room:
+        return bodies
+    share = room // max(1, len(bodies))
+    small = [b for b in bodies if len(b) <= share]
+    spare = room - sum(len(b) for b in small)
+    big = [i for i, b in enumerate(bodies) if len(b) > share]
+    each = spare // max(1, len(big))
+    return [b if len(b) <= share else _cut(b, each) for b in bodies]
+
+
+def _cut(text: str, size: int) -> str:
+    if len(text) <= size:
+        return text
+    marker = "\n[... {:,} characters omitted ...]\n"
+    keep = max(0, size - len(marker.format(len(text))))
+    head = keep // 2
+    tail = keep - head
+    omitted = len(text) - head - tail
+    return text[:head] + marker.format(omitted) + (text[-tail:] if tail else "")

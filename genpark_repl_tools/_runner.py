@@ -1,0 +1,410 @@
+"""Run one compiled cell in one session's namespace, and describe what happened.
+
+The runner is the part every boundary shares: the in-process boundary calls it on the caller's
+thread, a subprocess worker calls it inside the worker. Its security model is the policy's: with
+the trusted policy it isolates namespaces and bounds time and output, nothing more.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback as _traceback
+from collections import OrderedDict
+from types import CodeType, TracebackType
+from typing import Any
+
+from ._capture import Capture, capturing
+from ._compile import CELL_PREFIX, GUARD_NAME, CompiledCell
+from ._introspect import bounded_repr, describe, type_name
+from ._limits import Limits
+from ._models import ErrorInfo, ExecutionResult, VariableChanges, VariableInfo
+from ._watchdog import ExecutionTimeout, check_expired, watchdog
+from .policy._runtime import PolicyRuntime
+
+__all__ = ["Session", "run_cell"]
+
+_MISSING = object()
+_SOURCES_KEPT = 256
+_MAX_TB_FRAMES = 30
+_LATE_STOP_NOTE_S = 0.5
+
+
+class Session:
+    """One conversation's namespace and bookkeeping. The bookkeeping never enters the namespace."""
+
+    __slots__ = (
+        "created_at",
+        "dynamic",
+        "execution_count",
+        "global_names",
+        "last_used",
+        "lock",
+        "name",
+        "namespace",
+        "restarted",
+        "sources",
+    )
+
+    def __init__(self, name: str, runtime: PolicyRuntime) -> None:
+        self.name = name
+        builtins_table = runtime.new_builtins()
+        builtins_table[GUARD_NAME] = check_expired
+        self.namespace: dict[str, Any] = {"__builtins__": builtins_table, "__name__": "__main__"}
+        self.lock = threading.Lock()
+        self.execution_count = 0
+        self.sources: OrderedDict[str, tuple[int, tuple[str, ...]]] = OrderedDict()
+        self.global_names: frozenset[str] = frozenset()
+        self.dynamic = False
+        self.restarted = False
+        self.created_at = self.last_used = time.monotonic()
+
+    def user_names(self, include_hidden: bool = False) -> list[str]:
+        import types
+
+        names = []
+        for key, value in self.namespace.items():
+            if not include_hidden and (key.startswith("_") or isinstance(value, types.ModuleType)):
+                continue
+            if key == "__builtins__":
+                continue
+            names.append(key)
+        return names
+
+
+class _Outcome:
+    __slots__ = ("changes", "error", "value", "value_truncated", "value_type")
+
+    def __init__(self) -> None:
+        self.error: ErrorInfo | None = None
+        self.value: str | None = None
+        self.value_type: str | None = None
+        self.value_truncated = False
+        self.changes = VariableChanges()
+
+
+def run_cell(
+    session: Session,
+    cell: CompiledCell,
+    runtime: PolicyRuntime,
+    limits: Limits,
+    boundary: str,
+) -> ExecutionResult:
+    """Run `cell` in `session` (the caller holds `session.lock`)."""
+    started = time.perf_counter()
+    session.execution_count += 1
+    session.last_used = time.monotonic()
+    base: dict[str, Any] = {
+        "session": session.name,
+        "execution_count": session.execution_count,
+        "policy": runtime.name,
+        "boundary": boundary,
+        "session_restarted": session.restarted,
+    }
+    session.restarted = False
+
+    if cell.syntax_error is not None:
+        return ExecutionResult(status="error", error=cell.syntax_error, duration_ms=_ms(started), **base)
+    if cell.findings:
+        first = cell.findings[0]
+        error = ErrorInfo(
+            type="PolicyViolation",
+            message=first.message,
+            line=first.line,
+            column=first.column,
+            source_line=first.source_line,
+            hint="Nothing ran and no variable changed. Rewrite the code without what was refused.",
+        )
+        return ExecutionResult(
+            status="blocked", error=error, findings=list(cell.findings), duration_ms=_ms(started), **base
+        )
+
+    _remember_source(session, cell)
+    ns = session.namespace
+    if cell.global_names:
+        session.global_names = session.global_names | cell.global_names
+    if cell.dynamic and (cell.body is not None and _defines_functions(cell.body)):
+        session.dynamic = True
+    full_diff = cell.dynamic or session.dynamic
+    watched = cell.names | session.global_names
+    before: dict[str, Any] = dict(ns) if full_diff else {k: ns.get(k, _MISSING) for k in watched}
+
+    capture = Capture(limits.max_output_chars)
+    outcome = _Outcome()
+    timed_out: BaseException | None = None
+    host_cwd = os.getcwd()
+    with capturing(capture):
+        token = runtime.enter()
+        slot = watchdog.arm(limits.timeout_s)
+        try:
+            _guarded(cell, ns, session, limits, before, full_diff, outcome)
+            slot.done = True
+        except BaseException as exc:  # only ExecutionTimeout can get here; _guarded catches the rest
+            slot.done = True
+            timed_out = exc
+        try:
+            watchdog.release(slot)
+        except ExecutionTimeout:
+            watchdog.release(slot)
+        runtime.exit(token)
+    if os.getcwd() != host_cwd:  # trusted code may chdir; the host's cwd is not the session's to keep
+        os.chdir(host_cwd)
+
+    duration = _ms(started)
+    result = ExecutionResult(
+        status="ok",
+        stdout=capture.stdout.getvalue(),
+        stderr=capture.stderr.getvalue(),
+        stdout_truncated=capture.stdout.truncated,
+        stderr_truncated=capture.stderr.truncated,
+        duration_ms=duration,
+        **base,
+    )
+    if timed_out is not None:
+        if not isinstance(timed_out, ExecutionTimeout):
+            raise timed_out
+        result.status = "timeout"
+        result.error = _timeout_error(timed_out, session, cell, limits, duration)
+        late = duration / 1000 - limits.timeout_s
+        if late > _LATE_STOP_NOTE_S:
+            result.notes.append(
+                f"The code was inside a C-level call when the time ran out and could only be stopped "
+                f"{late:.1f} s later. The in-process boundary cannot interrupt C code; "
+                f"boundary='subprocess' kills it on time."
+            )
+        return result
+    result.value = outcome.value
+    result.value_type = outcome.value_type
+    result.value_truncated = outcome.value_truncated
+    result.changes = outcome.changes
+    if outcome.error is not None:
+        result.error = outcome.error
+        if outcome.error.type != "SystemExit" or outcome.error.message not in ("0", "None", ""):
+            result.status = "error"
+        else:
+            result.notes.append("SystemExit does not end the session; its variables are kept.")
+    return result
+
+
+def _guarded(
+    cell: CompiledCell,
+    ns: dict[str, Any],
+    session: Session,
+    limits: Limits,
+    before: dict[str, Any],
+    full_diff: bool,
+    outcome: _Outcome,
+) -> None:
+    """Everything that may run user code: the cell, its value's repr, reprs of changed variables."""
+    try:
+        if cell.body is not None:
+            exec(cell.body, ns)
+        if cell.expr is not None:
+            value = eval(cell.expr, ns)
+            if value is not None:
+                outcome.value, outcome.value_truncated = bounded_repr(value, limits.max_repr_chars)
+                outcome.value_type = type_name(value)
+    except ExecutionTimeout:
+        raise
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... are the cell's, not the host's
+        outcome.error = _error_info(exc, session, cell, limits.max_output_chars)
+    outcome.changes = _changes(ns, before, full_diff, limits.max_repr_chars)
+
+
+def _changes(ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit: int) -> VariableChanges:
+    changes = VariableChanges()
+    names = set(before) | set(ns) if full_diff else before.keys()
+    for name in sorted(names):
+        if name.startswith("__"):
+            continue
+        old = before.get(name, _MISSING)
+        new = ns.get(name, _MISSING)
+        if old is new:
+            continue
+        if new is _MISSING:
+            changes.deleted.append(name)
+        elif old is _MISSING:
+            changes.created.append(describe(name, new, limit))
+        else:
+            changes.rebound.append(describe(name, new, limit))
+    return changes
+
+
+def _defines_functions(code: CodeType) -> bool:
+    return any(isinstance(c, CodeType) for c in code.co_consts)
+
+
+def _remember_source(session: Session, cell: CompiledCell) -> None:
+    session.sources[cell.filename] = (session.execution_count, cell.lines)
+    session.sources.move_to_end(cell.filename)
+    while len(session.sources) > _SOURCES_KEPT:
+        session.sources.popitem(last=False)
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+
+
+class _Frame:
+    __slots__ = ("end_column", "filename", "label", "line", "column", "name", "source")
+
+    def __init__(self, tb: TracebackType, session: Session, cell: CompiledCell) -> None:
+        code = tb.tb_frame.f_code
+        self.filename = code.co_filename
+        self.name = code.co_name
+        self.line = tb.tb_lineno
+        self.column: int | None = None
+        self.end_column: int | None = None
+        positions = list(code.co_positions()) if hasattr(code, "co_positions") else []
+        index = tb.tb_lasti // 2
+        if 0 <= index < len(positions):
+            lineno, end_lineno, col, end_col = positions[index]
+            if lineno == self.line and end_lineno == self.line and col is not None and end_col is not None:
+                self.column, self.end_column = col, end_col
+        if self.filename == cell.filename:
+            self.label, lines = "<input>", cell.lines
+        else:
+            number, lines = session.sources.get(self.filename, (0, ()))
+            self.label = f"<cell {number}>" if number else "<earlier cell>"
+        self.source = lines[self.line - 1] if 0 < self.line <= len(lines) else None
+
+
+def _user_frames(tb: TracebackType | None, session: Session, cell: CompiledCell) -> list[_Frame]:
+    frames = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(CELL_PREFIX):
+            frames.append(_Frame(tb, session, cell))
+        tb = tb.tb_next
+    return frames
+
+
+def _format_frames(frames: list[_Frame]) -> list[str]:
+    out: list[str] = []
+    shown = frames
+    skipped = 0
+    if len(frames) > _MAX_TB_FRAMES:
+        half = _MAX_TB_FRAMES // 2
+        shown = frames[:half] + frames[-half:]
+        skipped = len(frames) - len(shown)
+    for i, frame in enumerate(shown):
+        if skipped and i == _MAX_TB_FRAMES // 2:
+            out.append(f"  [... {skipped} more frames ...]")
+        out.append(f'  File "{frame.label}", line {frame.line}, in {frame.name}')
+        if frame.source is not None:
+            stripped = frame.source.lstrip()
+            out.append(f"    {stripped}")
+            if frame.column is not None and frame.end_column is not None:
+                indent = len(frame.source) - len(stripped)
+                start = max(0, frame.column - indent)
+                width = max(1, min(frame.end_column, len(frame.source)) - frame.column)
+                if width < len(stripped):
+                    out.append("    " + " " * start + "^" * width)
+    return out
+
+
+def _exception_only(exc: BaseException) -> str:
+    try:
+        # With the traceback attached, 3.10+ adds "Did you mean ...?" to NameError/AttributeError.
+        te = _traceback.TracebackException(type(exc), exc, exc.__traceback__, lookup_lines=False)
+        return "".join(te.format_exception_only()).rstrip("\n")
+    except ExecutionTimeout:
+        raise
+    except BaseException:  # a user exception whose __str__ fails
+        return f"{type(exc).__name__}: <unprintable message>"
+
+
+def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit: int) -> ErrorInfo:
+    frames = _user_frames(exc.__traceback__, session, cell)
+    exception_only = _exception_only(exc)
+    if len(exception_only) > limit:
+        exception_only = f"{exception_only[:limit]}... [{len(exception_only) - limit:,} more characters]"
+    type_label = type(exc).__name__
+    prefix = f"{type_label}: "
+    at = exception_only.rfind("\n" + prefix)
+    if exception_only.startswith(prefix):
+        message = exception_only[len(prefix) :]
+    elif at >= 0:  # a SyntaxError raised at run time: its location lines come first
+        message = exception_only[at + 1 + len(prefix) :]
+    else:  # no message at all: "KeyboardInterrupt"
+        message = "" if exception_only == type_label else exception_only
+    here = [f for f in frames if f.filename == cell.filename]
+    anchor = here[-1] if here else (frames[-1] if frames else None)
+    lines = ["Traceback (most recent call last):", *_format_frames(frames), exception_only]
+    return ErrorInfo(
+        type=type_label,
+        message=message,
+        line=anchor.line if anchor else None,
+        column=anchor.column if anchor else None,
+        end_column=anchor.end_column if anchor else None,
+        source_line=anchor.source if anchor else None,
+        traceback="\n".join(lines),
+        hint=_hint(exc),
+    )
+
+
+def _hint(exc: BaseException) -> str | None:
+    if isinstance(exc, NameError):
+        return "Variables persist between calls only if an earlier call defined them; define it first."
+    if isinstance(exc, ModuleNotFoundError):
+        return "That module is not installed here; use another approach or the standard library."
+    if isinstance(exc, RecursionError):
+        return "Recursion went too deep; use a loop or memoization instead."
+    if isinstance(exc, KeyboardInterrupt):
+        return "The run was interrupted; the session and its variables are kept."
+    if isinstance(exc, MemoryError):
+        return "The code ran out of memory; work on less data at a time."
+    return None
+
+
+def _timeout_error(
+    exc: BaseException, session: Session, cell: CompiledCell, limits: Limits, duration_ms: float
+) -> ErrorInfo:
+    frames = _user_frames(exc.__traceback__, session, cell)
+    anchor = frames[-1] if frames else None
+    message = f"execution stopped after {duration_ms / 1000:.1f} s (limit {limits.timeout_s:g} s)"
+    return ErrorInfo(
+        type="Timeout",
+        message=message,
+        line=anchor.line if anchor else None,
+        source_line=anchor.source if anchor else None,
+        traceback="\n".join(["Stopped at (most recent call last):", *_format_frames(frames)]) if frames else "",
+        hint=(
+            "Variables assigned before the stop are kept. Make the code faster, work on less data, "
+            "or split the work into several calls."
+        ),
+    )
+
+
+# Kept for boundaries that describe variables outside a run (variables(), inspect()).
+def describe_variable(name: str, value: Any, limit: int) -> VariableInfo:
+    return describe(name, value, limit)
+
+
+def call_guarded(session: Session, runtime: PolicyRuntime, timeout_s: float, fn: Any, *args: Any) -> Any:
+    """Call `fn(*args)` (which may run user code: __repr__, __len__) under the policy and a deadline.
+
+    Output is discarded. Raises ExecutionTimeout if the deadline passed.
+    """
+    capture = Capture(1000)
+    with capturing(capture):
+        token = runtime.enter()
+        slot = watchdog.arm(timeout_s)
+        failure: BaseException | None = None
+        try:
+            value = fn(*args)
+            slot.done = True
+        except BaseException as exc:
+            slot.done = True
+            failure = exc
+        try:
+            watchdog.release(slot)
+        except ExecutionTimeout:
+            watchdog.release(slot)
+        runtime.exit(token)
+    if failure is not None:
+        raise failure
+    return value

@@ -1,0 +1,119 @@
+"""Stops pure-Python code that runs past its deadline, without a thread per execution.
+
+One daemon thread watches every armed execution. At the deadline it raises `ExecutionTimeout` in the
+executing thread with `PyThreadState_SetAsyncExc`, then again every `REFIRE_S` while the code keeps
+running (code may catch the first one). Handlers in executed code re-raise it on entry (see
+`_transform`), so `except BaseException` inside `while True` cannot keep it.
+
+Race-freedom: the watchdog injects only while holding `_lock` and only into a slot that is not done.
+The runner marks the slot done with a plain store right after the executed code returns (no
+eval-breaker check in between), then `release()` clears any pending injection under the same lock.
+After that no injection can reach the thread.
+
+C code (a long `sum(range(10**10))`, a regex, `10**10**8`) sees the exception only when it returns
+to Python: the in-process boundary cannot stop it; the subprocess boundary kills the worker instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+__all__ = ["ExecutionTimeout", "Slot", "Watchdog", "check_expired"]
+
+REFIRE_S = 0.05
+
+# Two prototypes of one C function: one passes an exception class, the other NULL (clears).
+_set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+_clear_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+
+
+class ExecutionTimeout(BaseException):  # noqa: N818 - reads as an event, like KeyboardInterrupt
+    """Raised inside executed code when its time is up. Never reaches the host."""
+
+
+class Slot:
+    __slots__ = ("deadline", "done", "fired_at", "fires", "next_fire", "tid")
+
+    def __init__(self, tid: int, deadline: float) -> None:
+        self.tid = tid
+        self.deadline = deadline
+        self.next_fire = deadline
+        self.done = False
+        self.fires = 0
+        self.fired_at = 0.0
+
+
+# tid -> the slot running on that thread; read by handler guards in executed code.
+_by_thread: dict[int, Slot] = {}
+
+
+def check_expired() -> None:
+    """Re-raise the timeout if this thread's execution is past its deadline (called by handlers)."""
+    slot = _by_thread.get(threading.get_ident())
+    if slot is not None and slot.fires and not slot.done:
+        raise ExecutionTimeout
+
+
+class Watchdog:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: set[Slot] = set()
+        self._wake = threading.Event()
+        self._next_wake = float("inf")
+        self._thread: threading.Thread | None = None
+
+    def arm(self, timeout_s: float) -> Slot:
+        slot = Slot(threading.get_ident(), time.monotonic() + timeout_s)
+        _by_thread[slot.tid] = slot
+        with self._lock:
+            self._slots.add(slot)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="genpark-repl-watchdog", daemon=True)
+                self._thread.start()
+            if slot.deadline < self._next_wake:
+                self._wake.set()
+        return slot
+
+    def release(self, slot: Slot) -> None:
+        """Forget `slot` and clear an injection still pending for its thread.
+
+        The caller must have stored `slot.done = True` first, in its own frame, right after the
+        executed code returned (a function call would be a point where a pending injection can
+        surface). An injection that was under way at that moment may still surface here, so call
+        it as `try: release(s) / except ExecutionTimeout: release(s)`: after the first attempt none
+        can follow.
+        """
+        with self._lock:
+            self._slots.discard(slot)
+            if _by_thread.get(slot.tid) is slot:
+                del _by_thread[slot.tid]
+            if slot.fires:
+                _clear_async_exc(slot.tid, None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                next_wake = float("inf")
+                for slot in self._slots:
+                    if slot.done:
+                        continue
+                    if now >= slot.next_fire:
+                        if not slot.fires:
+                            slot.fired_at = now
+                        slot.fires += 1
+                        slot.next_fire = now + REFIRE_S
+                        _set_async_exc(slot.tid, ExecutionTimeout)
+                    next_wake = min(next_wake, slot.next_fire)
+                self._next_wake = next_wake
+                self._wake.clear()
+            self._wake.wait(None if next_wake == float("inf") else max(0.0, next_wake - time.monotonic()))
+
+
+watchdog = Watchdog()

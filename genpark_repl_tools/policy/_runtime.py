@@ -1,0 +1,134 @@
+"""What the runner asks of a policy: audit, AST transform, builtins, and a guard around execution.
+
+The runner depends only on `PolicyRuntime`; `runtime_for(policy)` builds the one a `Policy` needs.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+import time as _time
+import types
+from collections.abc import Hashable
+from typing import Any, Protocol
+
+from .._models import AuditFinding
+from ._model import Policy
+
+__all__ = ["PolicyRuntime", "TrustedRuntime", "interruptible_sleep", "runtime_for"]
+
+
+class PolicyRuntime(Protocol):
+    policy: Policy
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def cache_key(self) -> Hashable:
+        """Compiled code is cached per (cache_key, source)."""
+        ...
+
+    def audit(self, tree: ast.Module, source: str) -> list[AuditFinding]:
+        """Static findings; any finding refuses the code before it runs."""
+        ...
+
+    def transform(self, tree: ast.Module) -> ast.Module:
+        """Rewrite the audited tree before compiling (e.g. route dynamic attribute access to guards)."""
+        ...
+
+    def new_builtins(self) -> dict[str, Any]:
+        """A fresh builtins dict for one session."""
+        ...
+
+    def enter(self) -> Any:
+        """Activate runtime guards for the current context; returns a token for `exit`."""
+        ...
+
+    def exit(self, token: Any) -> None: ...
+
+
+_real_sleep = _time.sleep
+_SLEEP_STEP_S = 0.02
+
+
+def interruptible_sleep(seconds: float) -> None:
+    """`time.sleep` in short steps, so the watchdog's timeout can land between them."""
+    if seconds < 0:
+        raise ValueError("sleep length must be non-negative")
+    end = _time.monotonic() + seconds
+    while True:
+        remaining = end - _time.monotonic()
+        if remaining <= 0:
+            return
+        _real_sleep(min(remaining, _SLEEP_STEP_S))
+
+
+class _TimeModule(types.ModuleType):
+    """The `time` module as executed code sees it: the real one, with an interruptible `sleep`."""
+
+    def __init__(self) -> None:
+        super().__init__("time", _time.__doc__)
+        self.sleep = interruptible_sleep
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_time, name)
+
+    def __dir__(self) -> list[str]:
+        return dir(_time)
+
+
+_time_view = _TimeModule()
+
+
+def _trusted_import(
+    name: str,
+    globals: dict[str, Any] | None = None,  # noqa: A002 - the signature of __import__
+    locals: dict[str, Any] | None = None,  # noqa: A002
+    fromlist: Any = (),
+    level: int = 0,
+) -> Any:
+    if name == "time" and level == 0:
+        return _time_view
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+class TrustedRuntime:
+    """No audit and no guards: full Python. Only `time.sleep` is swapped so timeouts can stop it."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    @property
+    def cache_key(self) -> Hashable:
+        return ("trusted",)
+
+    def audit(self, tree: ast.Module, source: str) -> list[AuditFinding]:
+        return []
+
+    def transform(self, tree: ast.Module) -> ast.Module:
+        return tree
+
+    def new_builtins(self) -> dict[str, Any]:
+        table = dict(builtins.__dict__)
+        table["__import__"] = _trusted_import
+        return table
+
+    def enter(self) -> Any:
+        return None
+
+    def exit(self, token: Any) -> None:
+        return None
+
+
+def runtime_for(policy: Policy) -> PolicyRuntime:
+    if not policy.restricted:
+        return TrustedRuntime(policy)
+    raise NotImplementedError(f"policy {policy.name!r} has no runtime yet")
+
+
