@@ -18,6 +18,8 @@ CELL_PREFIX = "<cell-"
 
 # Calls that read or write the namespace by name at run time; a cell using them is diffed in full.
 _DYNAMIC_NAMES = frozenset({"globals", "exec", "eval", "vars", "locals", "__builtins__"})
+# Modules through which (trusted) code can reach the host's builtins; such cells get them restored.
+_HOST_MODULES = frozenset({"builtins", "sys", "importlib"})
 
 _GUARD_NAME = "__repl_check_timeout__"
 
@@ -32,6 +34,7 @@ class CompiledCell:
     names: frozenset[str] = frozenset()
     global_names: frozenset[str] = frozenset()
     dynamic: bool = False
+    touches_host: bool = False
     findings: tuple[AuditFinding, ...] = ()
     syntax_error: ErrorInfo | None = None
 
@@ -43,6 +46,7 @@ class _BoundNames(ast.NodeVisitor):
         self.names: set[str] = set()
         self.global_names: set[str] = set()
         self.dynamic = False
+        self.touches_host = False
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -66,8 +70,10 @@ class _BoundNames(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self.names.add(alias.asname or alias.name.partition(".")[0])
+            self.touches_host |= alias.name.partition(".")[0] in _HOST_MODULES
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self.touches_host |= (node.module or "").partition(".")[0] in _HOST_MODULES
         for alias in node.names:
             if alias.name == "*":
                 self.dynamic = True
@@ -178,6 +184,7 @@ def _compile(source: str, runtime: PolicyRuntime) -> CompiledCell:
         names=frozenset(bound.names),
         global_names=frozenset(bound.global_names),
         dynamic=bound.dynamic,
+        touches_host=bound.touches_host or bound.dynamic,
     )
 
 

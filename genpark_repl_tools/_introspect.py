@@ -37,6 +37,17 @@ class _Repr(reprlib.Repr):
         self.maxlong = limit
         self.maxother = limit
 
+    cut = False
+
+    def repr1(self, x: Any, level: int) -> str:
+        # reprlib shortens silently; note whether it did, so results can say "truncated".
+        t = type(x)
+        if t in _LIMITED:
+            n = len(x)
+            if n > getattr(self, _LIMITED[t]) or (level <= 0 and n):
+                self.cut = True
+        return super().repr1(x, level)
+
     def repr_int(self, x: int, level: int) -> str:
         try:
             return super().repr_int(x, level)
@@ -48,23 +59,37 @@ class _Repr(reprlib.Repr):
         return repr(x)
 
 
-_reprs: dict[int, _Repr] = {}
+_SIMPLE = frozenset({float, bool, type(None), complex})
+
+_LIMITED: dict[type, str] = {
+    str: "maxstring",
+    bytes: "maxstring",
+    list: "maxlist",
+    tuple: "maxtuple",
+    set: "maxset",
+    frozenset: "maxfrozenset",
+    dict: "maxdict",
+}
 
 
 def bounded_repr(obj: Any, limit: int) -> tuple[str, bool]:
     """Return (text, truncated) with len(text) <= limit + a short marker."""
-    r = _reprs.get(limit)
-    if r is None:
-        r = _reprs[limit] = _Repr(limit)
+    t = type(obj)
+    if t in _SIMPLE or (t is int and obj.bit_length() < 4000) or (t is str and len(obj) * 4 < limit):
+        return repr(obj), False  # the common case, without building a reprlib walker
+    r = _Repr(limit)  # per call: it records whether it cut anything
     try:
         text = r.repr(obj)
     except ExecutionTimeout:
         raise
     except BaseException as exc:  # a broken __repr__ is the user's; say so instead of failing the run
         text = f"<repr failed: {type(exc).__name__}>"
-    if len(text) <= limit:
-        return text, False
-    return f"{text[:limit]}... [{len(text) - limit:,} more characters]", True
+    if len(text) > limit:
+        return f"{text[:limit]}... [{len(text) - limit:,} more characters]", True
+    if r.cut:
+        size = f"; len {len(obj):,}" if type(obj) in _LIMITED else ""
+        return f"{text} [shortened{size}]", True
+    return text, False
 
 
 def type_name(obj: Any) -> str:

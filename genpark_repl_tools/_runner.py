@@ -7,6 +7,8 @@ the trusted policy it isolates namespaces and bounds time and output, nothing mo
 
 from __future__ import annotations
 
+import builtins
+import difflib
 import os
 import threading
 import time
@@ -134,11 +136,12 @@ def run_cell(
     outcome = _Outcome()
     timed_out: BaseException | None = None
     host_cwd = os.getcwd()
+    host_builtins = dict(builtins.__dict__) if cell.touches_host else None
     with capturing(capture):
         token = runtime.enter()
         slot = watchdog.arm(limits.timeout_s)
         try:
-            _guarded(cell, ns, session, limits, before, full_diff, outcome)
+            _guarded(cell, ns, session, limits, before, full_diff, outcome, host_builtins)
             slot.done = True
         except BaseException as exc:  # only ExecutionTimeout can get here; _guarded catches the rest
             slot.done = True
@@ -148,6 +151,7 @@ def run_cell(
         except ExecutionTimeout:
             watchdog.release(slot)
         runtime.exit(token)
+    _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
     if os.getcwd() != host_cwd:  # trusted code may chdir; the host's cwd is not the session's to keep
         os.chdir(host_cwd)
 
@@ -161,9 +165,16 @@ def run_cell(
         duration_ms=duration,
         **base,
     )
+    if timed_out is not None and not isinstance(timed_out, ExecutionTimeout):
+        # A failure of the engine itself while describing the run; report it, keep the host alive.
+        result.status = "error"
+        result.error = ErrorInfo(
+            type="InternalError",
+            message=f"{type(timed_out).__name__} while describing the result: {timed_out}"[:500],
+            hint="The code itself ran; its variables are kept. Please report this as a bug.",
+        )
+        return result
     if timed_out is not None:
-        if not isinstance(timed_out, ExecutionTimeout):
-            raise timed_out
         result.status = "timeout"
         result.error = _timeout_error(timed_out, session, cell, limits, duration)
         late = duration / 1000 - limits.timeout_s
@@ -195,21 +206,33 @@ def _guarded(
     before: dict[str, Any],
     full_diff: bool,
     outcome: _Outcome,
+    host_builtins: dict[str, Any] | None,
 ) -> None:
     """Everything that may run user code: the cell, its value's repr, reprs of changed variables."""
     try:
-        if cell.body is not None:
-            exec(cell.body, ns)
-        if cell.expr is not None:
-            value = eval(cell.expr, ns)
-            if value is not None:
-                outcome.value, outcome.value_truncated = bounded_repr(value, limits.max_repr_chars)
-                outcome.value_type = type_name(value)
+        try:
+            value = None
+            if cell.body is not None:
+                exec(cell.body, ns)
+            if cell.expr is not None:
+                value = eval(cell.expr, ns)
+        finally:
+            _restore_builtins(host_builtins)
+        if value is not None:
+            outcome.value, outcome.value_truncated = bounded_repr(value, limits.max_repr_chars)
+            outcome.value_type = type_name(value)
     except ExecutionTimeout:
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... are the cell's, not the host's
         outcome.error = _error_info(exc, session, cell, limits.max_output_chars)
     outcome.changes = _changes(ns, before, full_diff, limits.max_repr_chars)
+
+
+def _restore_builtins(saved: dict[str, Any] | None) -> None:
+    # Trusted code may change the host's builtins module, which every session and the host share.
+    if saved is not None and builtins.__dict__ != saved:
+        builtins.__dict__.clear()
+        builtins.__dict__.update(saved)
 
 
 def _changes(ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit: int) -> VariableChanges:
@@ -306,20 +329,42 @@ def _format_frames(frames: list[_Frame]) -> list[str]:
     return out
 
 
-def _exception_only(exc: BaseException) -> str:
+def _exception_only(exc: BaseException, ns: dict[str, Any]) -> str:
     try:
-        # With the traceback attached, 3.10+ adds "Did you mean ...?" to NameError/AttributeError.
+        # With the traceback attached, 3.12+ adds "Did you mean ...?" itself; 3.10-3.11 do it only in
+        # the interpreter's excepthook, so add it here when missing.
         te = _traceback.TracebackException(type(exc), exc, exc.__traceback__, lookup_lines=False)
-        return "".join(te.format_exception_only()).rstrip("\n")
+        text = "".join(te.format_exception_only()).rstrip("\n")
+        if "Did you mean" not in text:
+            suggestion = _suggest(exc, ns)
+            if suggestion:
+                head, sep, rest = text.partition("\n")
+                text = f"{head}. Did you mean: '{suggestion}'?{sep}{rest}"
+        return text
     except ExecutionTimeout:
         raise
     except BaseException:  # a user exception whose __str__ fails
         return f"{type(exc).__name__}: <unprintable message>"
 
 
+def _suggest(exc: BaseException, ns: dict[str, Any]) -> str | None:
+    name = getattr(exc, "name", None)
+    if not isinstance(name, str):
+        return None
+    if isinstance(exc, NameError):
+        table = ns.get("__builtins__")
+        candidates = list(ns) + (list(table) if isinstance(table, dict) else [])
+    elif isinstance(exc, AttributeError) and getattr(exc, "obj", None) is not None:
+        candidates = [n for n in dir(exc.obj) if not n.startswith("_")]
+    else:
+        return None
+    matches = difflib.get_close_matches(name, candidates[:2000], n=1, cutoff=0.75)
+    return matches[0] if matches else None
+
+
 def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit: int) -> ErrorInfo:
     frames = _user_frames(exc.__traceback__, session, cell)
-    exception_only = _exception_only(exc)
+    exception_only = _exception_only(exc, session.namespace)
     if len(exception_only) > limit:
         exception_only = f"{exception_only[:limit]}... [{len(exception_only) - limit:,} more characters]"
     type_label = type(exc).__name__

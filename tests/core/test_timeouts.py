@@ -1,0 +1,99 @@
+"""In-process timeouts: they stop Python code, never reach the host, and say when C code delayed them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools._watchdog import ExecutionTimeout
+
+
+@pytest.fixture
+def engine() -> ReplEngine:
+    with ReplEngine(policy="trusted", limits=Limits(timeout_s=0.5)) as e:
+        yield e
+
+
+def test_timeout_never_leaks_into_the_host_when_code_ends_at_the_deadline(engine: ReplEngine) -> None:
+    # Cells that finish right around their deadline race the watchdog's injection. Whatever the
+    # interleaving, the host must only ever see results, never ExecutionTimeout.
+    statuses = set()
+    for i in range(150):
+        budget = 0.002 + (i % 10) * 0.0005
+        code = f"import time\nend = time.perf_counter() + {budget}\nwhile time.perf_counter() < end:\n    pass"
+        try:
+            statuses.add(engine.run(code, timeout_s=0.0025).status)
+        except ExecutionTimeout:  # pragma: no cover - the failure this test exists to catch
+            pytest.fail("ExecutionTimeout reached the host")
+        # Host code right after the run must not be interrupted either.
+        for _ in range(200):
+            pass
+    assert statuses <= {"ok", "timeout"}
+    assert "timeout" in statuses
+
+
+def test_timeout_in_one_thread_does_not_touch_another(engine: ReplEngine) -> None:
+    outcome: dict[str, str] = {}
+
+    def slow() -> None:
+        outcome["slow"] = engine.run("while True:\n    pass", session="slow").status
+
+    def fast() -> None:
+        values = [engine.run("sum(range(1000))", session="fast").value for _ in range(200)]
+        outcome["fast"] = "ok" if set(values) == {"499500"} else repr(set(values))
+
+    threads = [threading.Thread(target=slow), threading.Thread(target=fast)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert outcome == {"slow": "timeout", "fast": "ok"}
+
+
+def test_timeout_reports_where_the_code_was(engine: ReplEngine) -> None:
+    result = engine.run("x = 1\ndef spin():\n    while True:\n        pass\nspin()")
+    assert result.status == "timeout"
+    assert result.error is not None
+    assert result.error.line == 3
+    assert "spin" in result.error.traceback
+    assert "limit 0.5 s" in result.error.message
+
+
+def test_finally_blocks_cannot_keep_running_forever(engine: ReplEngine) -> None:
+    code = "while True:\n    try:\n        while True:\n            pass\n    finally:\n        pass\n"
+    started = time.monotonic()
+    assert engine.run(code).status == "timeout"
+    assert time.monotonic() - started < 2.5
+
+
+# The generator ignores GeneratorExit when the unwinding loop drops it; CPython reports that as an
+# "unraisable" exception (into the cell's captured stderr), which pytest would turn into a failure.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_generator_swallowing_is_stopped(engine: ReplEngine) -> None:
+    code = (
+        "def gen():\n    while True:\n        try:\n            yield 1\n        except BaseException:\n"
+        "            continue\n\nfor _ in gen():\n    pass\n"
+    )
+    assert engine.run(code).status == "timeout"
+
+
+def test_sleep_view_is_the_real_time_module_otherwise(engine: ReplEngine) -> None:
+    result = engine.run("import time\nfrom time import sleep, monotonic\nsleep(0.01)\n(time.time() > 0, callable(monotonic))")
+    assert result.value == "(True, True)"
+
+
+def test_negative_sleep_is_a_value_error(engine: ReplEngine) -> None:
+    result = engine.run("import time\ntime.sleep(-1)")
+    assert result.error is not None and result.error.type == "ValueError"
+
+
+@pytest.mark.slow
+def test_c_level_call_is_stopped_late_and_says_so() -> None:
+    with ReplEngine(policy="trusted", limits=Limits(timeout_s=0.05)) as engine:
+        # One C call (sum over a range) that takes well over 0.5 s on any machine.
+        result = engine.run("sum(range(60_000_000))")
+    assert result.status == "timeout"
+    assert any("C-level call" in note and "subprocess" in note for note in result.notes)
