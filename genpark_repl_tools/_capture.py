@@ -163,39 +163,32 @@ class _Router(io.TextIOBase):
 
 _lock = threading.Lock()
 _active = 0
-_routers: tuple[_Router, _Router] | None = None
+# Created once and reused: building a TextIOBase per execution would cost more than the execution.
+_routers = (_Router("stdout", None), _Router("stderr", None))
 
 
 def _install() -> None:
-    global _active, _routers
+    global _active
     with _lock:
+        out, err = _routers
         if _active == 0:
-            out, err = _Router("stdout", sys.stdout), _Router("stderr", sys.stderr)
-            _routers = (out, err)
-            sys.stdout, sys.stderr = out, err
-        else:
-            _reinstall_locked()
+            out.fallback, err.fallback = sys.stdout, sys.stderr
+        # Also when already active: executed code (trusted policy) may have replaced the streams.
+        if sys.stdout is not out:
+            sys.stdout = out
+        if sys.stderr is not err:
+            sys.stderr = err
         _active += 1
 
 
-def _reinstall_locked() -> None:
-    # Executed code (trusted policy) may have replaced the streams; put the routers back.
-    if _routers is not None:
-        if sys.stdout is not _routers[0]:
-            sys.stdout = _routers[0]
-        if sys.stderr is not _routers[1]:
-            sys.stderr = _routers[1]
-
-
 def _uninstall() -> None:
-    global _active, _routers
+    global _active
     with _lock:
         _active -= 1
-        if _active == 0 and _routers is not None:
+        if _active == 0:
             out, err = _routers
-            sys.stdout = out.fallback  # type: ignore[assignment]
-            sys.stderr = err.fallback  # type: ignore[assignment]
-            _routers = None
+            sys.stdout, sys.stderr = out.fallback, err.fallback  # type: ignore[assignment]
+            out.fallback = err.fallback = None
 
 
 class capturing:  # noqa: N801 - used like a function: `with capturing(cap):`

@@ -18,8 +18,9 @@ CELL_PREFIX = "<cell-"
 
 # Calls that read or write the namespace by name at run time; a cell using them is diffed in full.
 _DYNAMIC_NAMES = frozenset({"globals", "exec", "eval", "vars", "locals", "__builtins__"})
-# Modules through which (trusted) code can reach the host's builtins; such cells get them restored.
-_HOST_MODULES = frozenset({"builtins", "sys", "importlib"})
+# Modules through which (trusted) code can change the host's builtins or working directory; cells
+# that import them get both checked and restored.
+_HOST_MODULES = frozenset({"builtins", "sys", "importlib", "os", "shutil", "pathlib", "subprocess"})
 
 _GUARD_NAME = "__repl_check_timeout__"
 

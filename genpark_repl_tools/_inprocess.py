@@ -65,13 +65,7 @@ class InProcessBoundary(BaseBoundary):
     def reset(self, session: str) -> None:
         s = self._get(session)
         with s.lock:
-            fresh = Session(session, self._runtime)
-            s.namespace.clear()
-            s.namespace.update(fresh.namespace)
-            s.execution_count = 0
-            s.sources.clear()
-            s.global_names = frozenset()
-            s.dynamic = False
+            s.reset(self._runtime)
 
     def close_session(self, session: str) -> bool:
         with self._lock:

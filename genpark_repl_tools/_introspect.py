@@ -12,9 +12,10 @@ import types
 from typing import Any
 
 from ._models import VariableInfo
+from ._rich import summarize, table_repr, table_texts
 from ._watchdog import ExecutionTimeout
 
-__all__ = ["bounded_repr", "describe", "type_name"]
+__all__ = ["bounded_repr", "describe", "type_name", "value_repr"]
 
 _FUNCTION_TYPES = (
     types.FunctionType,
@@ -55,8 +56,10 @@ class _Repr(reprlib.Repr):
             return f"<int with {x.bit_length():,} bits>"
 
     def repr_instance(self, x: Any, level: int) -> str:
-        # Objects that summarise themselves (numpy, pandas) stay readable; others are cut after.
-        return repr(x)
+        # Objects that summarise themselves stay readable; others are cut after. pandas and numpy
+        # reprs obey display options the code may have unbounded, so those are rendered bounded.
+        text = table_repr(x, self.maxother)
+        return repr(x) if text is None else text
 
 
 _SIMPLE = frozenset({float, bool, type(None), complex})
@@ -92,6 +95,14 @@ def bounded_repr(obj: Any, limit: int) -> tuple[str, bool]:
     return text, False
 
 
+def value_repr(obj: Any, limit: int) -> tuple[str, bool]:
+    """A trailing value as the model sees it: a summary for tables and big arrays, else the repr."""
+    summary = summarize(obj, limit, as_value=True)
+    if summary is not None:
+        return summary, False
+    return bounded_repr(obj, limit)
+
+
 def type_name(obj: Any) -> str:
     cls = type(obj)
     module = getattr(cls, "__module__", "builtins")
@@ -120,10 +131,20 @@ def _callable_repr(name: str, obj: Any, kind: str) -> str:
 
 
 def describe(name: str, obj: Any, limit: int) -> VariableInfo:
+    return VariableInfo.model_validate(describe_fields(name, obj, limit))
+
+
+def describe_fields(name: str, obj: Any, limit: int) -> dict[str, Any]:
+    """VariableInfo's fields as a dict (validated later, together with the result that holds it)."""
     kind = _kind(obj)
     truncated = False
+    tables = table_texts(obj, limit) if kind == "value" else None  # (repr, summary) of tables/arrays
     if kind in ("function", "class"):
         text = _callable_repr(name, obj, kind)
+    elif tables is not None and tables[0] is not None:
+        text, truncated = tables[0], len(tables[0]) > limit
+        if truncated:
+            text = f"{text[:limit]}... [{len(tables[0]) - limit:,} more characters]"
     else:
         text, truncated = bounded_repr(obj, limit)
     length = shape = dtype = size = None
@@ -134,18 +155,18 @@ def describe(name: str, obj: Any, limit: int) -> VariableInfo:
             dtype = _attr_text(obj, "dtype")
             raw_size = _attr(obj, "size")
             size = raw_size if isinstance(raw_size, int) and not isinstance(raw_size, bool) else None
-    return VariableInfo.model_construct(
-        name=name,
-        type=type_name(obj),
-        kind=kind,
-        repr=text,
-        repr_truncated=truncated,
-        len=length,
-        shape=shape,
-        dtype=dtype,
-        size=size,
-        summary=None,
-    )
+    return {
+        "name": name,
+        "type": type_name(obj),
+        "kind": kind,
+        "repr": text,
+        "repr_truncated": truncated,
+        "len": length,
+        "shape": shape,
+        "dtype": dtype,
+        "size": size,
+        "summary": tables[1] if tables is not None else None,
+    }
 
 
 def _cheap_len(obj: Any) -> int | None:

@@ -19,9 +19,10 @@ from typing import Any
 
 from ._capture import Capture, capturing
 from ._compile import CELL_PREFIX, GUARD_NAME, CompiledCell
-from ._introspect import bounded_repr, describe, type_name
+from ._introspect import describe, describe_fields, type_name, value_repr
 from ._limits import Limits
-from ._models import ErrorInfo, ExecutionResult, VariableChanges, VariableInfo
+from ._models import ErrorInfo, ExecutionResult, VariableInfo
+from ._rich import FigureOwner, FigureRun
 from ._watchdog import ExecutionTimeout, check_expired, watchdog
 from .policy._runtime import PolicyRuntime
 
@@ -40,6 +41,7 @@ class Session:
         "created_at",
         "dynamic",
         "execution_count",
+        "figures",
         "global_names",
         "last_used",
         "lock",
@@ -47,6 +49,7 @@ class Session:
         "namespace",
         "restarted",
         "sources",
+        "touches_host",
     )
 
     def __init__(self, name: str, runtime: PolicyRuntime) -> None:
@@ -59,8 +62,20 @@ class Session:
         self.sources: OrderedDict[str, tuple[int, tuple[str, ...]]] = OrderedDict()
         self.global_names: frozenset[str] = frozenset()
         self.dynamic = False
+        self.touches_host = False
+        self.figures = FigureOwner()
         self.restarted = False
         self.created_at = self.last_used = time.monotonic()
+
+    def reset(self, runtime: PolicyRuntime) -> None:
+        """Empty the namespace and forget the bookkeeping (the caller holds `lock`)."""
+        fresh = Session(self.name, runtime)
+        self.namespace.clear()
+        self.namespace.update(fresh.namespace)
+        self.execution_count = 0
+        self.sources.clear()
+        self.global_names = frozenset()
+        self.dynamic = self.touches_host = False
 
     def user_names(self, include_hidden: bool = False) -> list[str]:
         import types
@@ -83,7 +98,10 @@ class _Outcome:
         self.value: str | None = None
         self.value_type: str | None = None
         self.value_truncated = False
-        self.changes = VariableChanges()
+        self.changes: dict[str, list[Any]] = _NO_CHANGES
+
+
+_NO_CHANGES: dict[str, list[Any]] = {"created": [], "rebound": [], "deleted": []}
 
 
 def run_cell(
@@ -97,7 +115,9 @@ def run_cell(
     started = time.perf_counter()
     session.execution_count += 1
     session.last_used = time.monotonic()
-    base: dict[str, Any] = {
+    # Built as one dict and validated once at the end: one pydantic call instead of one per model.
+    fields: dict[str, Any] = {
+        "status": "ok",
         "session": session.name,
         "execution_count": session.execution_count,
         "policy": runtime.name,
@@ -107,7 +127,8 @@ def run_cell(
     session.restarted = False
 
     if cell.syntax_error is not None:
-        return ExecutionResult(status="error", error=cell.syntax_error, duration_ms=_ms(started), **base)
+        fields.update(status="error", error=cell.syntax_error, duration_ms=_ms(started))
+        return ExecutionResult.model_validate(fields)
     if cell.findings:
         first = cell.findings[0]
         error = ErrorInfo(
@@ -118,9 +139,8 @@ def run_cell(
             source_line=first.source_line,
             hint="Nothing ran and no variable changed. Rewrite the code without what was refused.",
         )
-        return ExecutionResult(
-            status="blocked", error=error, findings=list(cell.findings), duration_ms=_ms(started), **base
-        )
+        fields.update(status="blocked", error=error, findings=list(cell.findings), duration_ms=_ms(started))
+        return ExecutionResult.model_validate(fields)
 
     _remember_source(session, cell)
     ns = session.namespace
@@ -131,71 +151,82 @@ def run_cell(
     full_diff = cell.dynamic or session.dynamic
     watched = cell.names | session.global_names
     before: dict[str, Any] = dict(ns) if full_diff else {k: ns.get(k, _MISSING) for k in watched}
+    # Once a session imported a module that can change process-wide state, check that state after
+    # each of its runs (functions defined earlier may do it later); other sessions pay nothing.
+    if cell.touches_host:
+        session.touches_host = True
+    host_cwd = os.getcwd() if session.touches_host else None
+    host_builtins = dict(builtins.__dict__) if session.touches_host else None
 
     capture = Capture(limits.max_output_chars)
     outcome = _Outcome()
-    timed_out: BaseException | None = None
-    host_cwd = os.getcwd()
-    host_builtins = dict(builtins.__dict__) if cell.touches_host else None
+    stopped: BaseException | None = None
+    figures = FigureRun(session.figures, limits)
+    figures.enter()  # host code, before the guards: may make pyplot headless before the cell imports it
     with capturing(capture):
         token = runtime.enter()
         slot = watchdog.arm(limits.timeout_s)
         try:
-            _guarded(cell, ns, session, limits, before, full_diff, outcome, host_builtins)
+            _guarded(cell, ns, session, limits, before, full_diff, outcome, host_builtins, figures)
             slot.done = True
-        except BaseException as exc:  # only ExecutionTimeout can get here; _guarded catches the rest
+        except BaseException as exc:  # ExecutionTimeout; _guarded turns the cell's own errors into data
             slot.done = True
-            timed_out = exc
+            stopped = exc
         try:
             watchdog.release(slot)
         except ExecutionTimeout:
             watchdog.release(slot)
+        figures.exit()  # closes what the cell left open, also after a timeout
         runtime.exit(token)
     _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
-    if os.getcwd() != host_cwd:  # trusted code may chdir; the host's cwd is not the session's to keep
-        os.chdir(host_cwd)
+    if host_cwd is not None and os.getcwd() != host_cwd:
+        os.chdir(host_cwd)  # trusted code may chdir; the host's cwd is not the session's to change
 
     duration = _ms(started)
-    result = ExecutionResult(
-        status="ok",
+    fields.update(
         stdout=capture.stdout.getvalue(),
         stderr=capture.stderr.getvalue(),
         stdout_truncated=capture.stdout.truncated,
         stderr_truncated=capture.stderr.truncated,
         duration_ms=duration,
-        **base,
+        attachments=figures.attachments,
+        notes=figures.notes,
     )
-    if timed_out is not None and not isinstance(timed_out, ExecutionTimeout):
-        # A failure of the engine itself while describing the run; report it, keep the host alive.
-        result.status = "error"
-        result.error = ErrorInfo(
-            type="InternalError",
-            message=f"{type(timed_out).__name__} while describing the result: {timed_out}"[:500],
-            hint="The code itself ran; its variables are kept. Please report this as a bug.",
-        )
-        return result
-    if timed_out is not None:
-        result.status = "timeout"
-        result.error = _timeout_error(timed_out, session, cell, limits, duration)
+    if isinstance(stopped, ExecutionTimeout):
+        fields.update(status="timeout", error=_timeout_error(stopped, session, cell, limits, duration))
         late = duration / 1000 - limits.timeout_s
         if late > _LATE_STOP_NOTE_S:
-            result.notes.append(
+            fields["notes"].append(
                 f"The code was inside a C-level call when the time ran out and could only be stopped "
                 f"{late:.1f} s later. The in-process boundary cannot interrupt C code; "
                 f"boundary='subprocess' kills it on time."
             )
-        return result
-    result.value = outcome.value
-    result.value_type = outcome.value_type
-    result.value_truncated = outcome.value_truncated
-    result.changes = outcome.changes
-    if outcome.error is not None:
-        result.error = outcome.error
-        if outcome.error.type != "SystemExit" or outcome.error.message not in ("0", "None", ""):
-            result.status = "error"
+        return ExecutionResult.model_validate(fields)
+    if stopped is not None:
+        # A failure of the engine itself while describing the run; report it, keep the host alive.
+        fields.update(
+            status="error",
+            error=ErrorInfo(
+                type="InternalError",
+                message=f"{type(stopped).__name__} while describing the result: {stopped}"[:500],
+                hint="The code itself ran; its variables are kept. Please report this as a bug.",
+            ),
+        )
+        return ExecutionResult.model_validate(fields)
+    fields.update(
+        value=outcome.value,
+        value_type=outcome.value_type,
+        value_truncated=outcome.value_truncated,
+        changes=outcome.changes,
+    )
+    error = outcome.error
+    if error is not None:
+        fields["error"] = error
+        if error.type == "SystemExit" and error.message in ("0", "None", ""):
+            fields["notes"].append("SystemExit does not end the session; its variables are kept.")
         else:
-            result.notes.append("SystemExit does not end the session; its variables are kept.")
-    return result
+            fields["status"] = "error"
+    return ExecutionResult.model_validate(fields)
 
 
 def _guarded(
@@ -207,8 +238,10 @@ def _guarded(
     full_diff: bool,
     outcome: _Outcome,
     host_builtins: dict[str, Any] | None,
+    figures: FigureRun,
 ) -> None:
-    """Everything that may run user code: the cell, its value's repr, reprs of changed variables."""
+    """Everything that may run user code: the cell, its value's repr, reprs of changed variables,
+    the drawing of its figures."""
     try:
         try:
             value = None
@@ -219,13 +252,14 @@ def _guarded(
         finally:
             _restore_builtins(host_builtins)
         if value is not None:
-            outcome.value, outcome.value_truncated = bounded_repr(value, limits.max_repr_chars)
+            outcome.value, outcome.value_truncated = value_repr(value, limits.max_repr_chars)
             outcome.value_type = type_name(value)
     except ExecutionTimeout:
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... are the cell's, not the host's
         outcome.error = _error_info(exc, session, cell, limits.max_output_chars)
     outcome.changes = _changes(ns, before, full_diff, limits.max_repr_chars)
+    figures.collect(value)
 
 
 def _restore_builtins(saved: dict[str, Any] | None) -> None:
@@ -235,10 +269,12 @@ def _restore_builtins(saved: dict[str, Any] | None) -> None:
         builtins.__dict__.update(saved)
 
 
-def _changes(ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit: int) -> VariableChanges:
-    changes = VariableChanges()
-    names = set(before) | set(ns) if full_diff else before.keys()
-    for name in sorted(names):
+def _changes(ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit: int) -> dict[str, list[Any]]:
+    created: list[dict[str, Any]] = []
+    rebound: list[dict[str, Any]] = []
+    deleted: list[str] = []
+    names = sorted(set(before) | set(ns)) if full_diff else sorted(before)
+    for name in names:
         if name.startswith("__"):
             continue
         old = before.get(name, _MISSING)
@@ -246,12 +282,14 @@ def _changes(ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit:
         if old is new:
             continue
         if new is _MISSING:
-            changes.deleted.append(name)
+            deleted.append(name)
         elif old is _MISSING:
-            changes.created.append(describe(name, new, limit))
+            created.append(describe_fields(name, new, limit))
         else:
-            changes.rebound.append(describe(name, new, limit))
-    return changes
+            rebound.append(describe_fields(name, new, limit))
+    if not (created or rebound or deleted):
+        return _NO_CHANGES
+    return {"created": created, "rebound": rebound, "deleted": deleted}
 
 
 def _defines_functions(code: CodeType) -> bool:

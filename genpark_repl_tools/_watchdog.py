@@ -23,6 +23,11 @@ import time
 __all__ = ["ExecutionTimeout", "Slot", "Watchdog", "check_expired"]
 
 REFIRE_S = 0.05
+# While executions come and go, the watchdog polls every POLL_S instead of being woken by each
+# arm() (a thread wake-up per call would cost more than the call); after LINGER_S without any
+# execution it sleeps until the next arm().
+POLL_S = 0.05
+LINGER_S = 2.0
 
 # Two prototypes of one C function: one passes an exception class, the other NULL (clears).
 _set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
@@ -97,10 +102,11 @@ class Watchdog:
                 _clear_async_exc(slot.tid, None)
 
     def _loop(self) -> None:
+        idle_since: float | None = None
         while True:
             with self._lock:
                 now = time.monotonic()
-                next_wake = float("inf")
+                next_wake = now + POLL_S
                 for slot in self._slots:
                     if slot.done:
                         continue
@@ -111,6 +117,12 @@ class Watchdog:
                         slot.next_fire = now + REFIRE_S
                         _set_async_exc(slot.tid, ExecutionTimeout)
                     next_wake = min(next_wake, slot.next_fire)
+                if self._slots:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+                elif now - idle_since > LINGER_S:
+                    next_wake = float("inf")  # nothing to watch for a while: sleep until armed
                 self._next_wake = next_wake
                 self._wake.clear()
             self._wake.wait(None if next_wake == float("inf") else max(0.0, next_wake - time.monotonic()))
