@@ -1,0 +1,638 @@
+"""`genpark-repl`: try the engine by hand, run or audit a script, or serve it over MCP.
+
+    genpark-repl                          interactive REPL (shows what a model would see)
+    genpark-repl run script.py            run a file as one cell; the exit code is its status
+    genpark-repl audit script.py          the policy's static verdict, without running anything
+    genpark-repl mcp                      an MCP stdio server (needs genpark-repl-tools[mcp])
+
+Exit codes of `run` (and `audit`): 0 ok, 1 error in the code (audit: a syntax error), 2 usage or setup
+error, 3 blocked by the policy, 4 timeout, 5 crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import base64
+import binascii
+import codeop
+import contextlib
+import os
+import sys
+import tokenize
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from ._engine import ReplEngine
+from ._exceptions import MissingDependency, ReplError, SessionNotFound, VariableNotFound
+from ._limits import Limits
+from ._models import ExecutionResult, VariableInfo
+from .policy import Policy
+
+__all__ = [
+    "EXIT_BLOCKED",
+    "EXIT_CRASHED",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_TIMEOUT",
+    "EXIT_USAGE",
+    "build_parser",
+    "exit_code",
+    "main",
+    "repl",
+    "save_figures",
+]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2  # argparse's own code for a bad command line
+EXIT_BLOCKED = 3
+EXIT_TIMEOUT = 4
+EXIT_CRASHED = 5
+
+_STATUS_EXIT = {
+    "ok": EXIT_OK,
+    "error": EXIT_ERROR,
+    "blocked": EXIT_BLOCKED,
+    "timeout": EXIT_TIMEOUT,
+    "crashed": EXIT_CRASHED,
+}
+
+_PROG = "genpark-repl"
+_REPL_SESSION = "repl"
+_PS1, _PS2 = ">>> ", "... "
+_HISTORY_ENV = "GENPARK_REPL_HISTORY"
+_HISTORY_DEFAULT = "~/.genpark_repl_history"
+_IMAGE_SUFFIXES = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/gif": ".gif",
+    "image/webp": ".webp",
+    "image/svg+xml": ".svg",
+}
+
+
+class UsageError(Exception):
+    """A bad command line or an unusable setup: reported in one line, exit code 2."""
+
+
+def exit_code(result: ExecutionResult) -> int:
+    """The process exit code for a run's status."""
+    return _STATUS_EXIT[result.status]
+
+
+# ---- command line ------------------------------------------------------------------------------
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _policy_help() -> str:
+    # Presets come from Policy itself, so a new preset shows up here without a CLI change.
+    names = _known_policies()
+    listed = f" ({', '.join(names)})" if names else ""
+    return f"policy preset{listed}; default: the engine's default"
+
+
+def _known_policies() -> list[str]:
+    try:
+        Policy.preset("\0")  # no preset has this name: the refusal lists the ones that exist
+    except ValueError as exc:
+        _, _, known = str(exc).partition("choose one of: ")
+        return [name.strip() for name in known.split(",") if name.strip()]
+    return []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Options live on parent parsers with SUPPRESS defaults, so `genpark-repl --json` and
+    # `genpark-repl run --json FILE` both work and a subcommand never resets a value given before it.
+    policy_opts = argparse.ArgumentParser(add_help=False)
+    policy_opts.add_argument("--policy", default=argparse.SUPPRESS, metavar="NAME", help=_policy_help())
+
+    engine_opts = argparse.ArgumentParser(add_help=False)
+    engine_opts.add_argument(
+        "--boundary",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help="where code runs: inprocess (default) or subprocess",
+    )
+    engine_opts.add_argument(
+        "--timeout", type=_positive_float, default=argparse.SUPPRESS, metavar="SECONDS", help="per execution"
+    )
+    engine_opts.add_argument(
+        "--memory-mb",
+        type=_positive_int,
+        default=argparse.SUPPRESS,
+        metavar="MB",
+        help="memory cap (enforced by the subprocess boundary)",
+    )
+    engine_opts.add_argument(
+        "--cpu-s",
+        type=_positive_float,
+        default=argparse.SUPPRESS,
+        metavar="SECONDS",
+        help="CPU-time cap (enforced by the subprocess boundary)",
+    )
+
+    output_opts = argparse.ArgumentParser(add_help=False)
+    output_opts.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print the telemetry as JSON instead of the observation",
+    )
+    output_opts.add_argument(
+        "--save-figures",
+        type=Path,
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="write image attachments (figures) into DIR",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        parents=[policy_opts, engine_opts, output_opts],
+        description="Run Python the way an LLM agent's tool does: per-session namespaces, policies, "
+        "limits and structured telemetry. Without a command: an interactive REPL.",
+        epilog="exit codes (run, audit): 0 ok, 1 error, 2 usage, 3 blocked, 4 timeout, 5 crashed",
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run",
+        parents=[policy_opts, engine_opts, output_opts],
+        help="run a file (or - for stdin) as one cell",
+        description="Run a script as one cell and print the observation (or the telemetry with --json). "
+        "Exit code: 0 ok, 1 error, 2 usage, 3 blocked, 4 timeout, 5 crashed.",
+    )
+    run.add_argument("file", metavar="FILE", help="Python file, or - to read stdin")
+
+    audit = commands.add_parser(
+        "audit",
+        parents=[policy_opts],
+        help="the policy's static audit of a file, without running it",
+        description="Print what the policy's static audit refuses in a file, without running it. "
+        "Exit code: 0 allowed, 1 syntax error, 2 usage, 3 blocked.",
+    )
+    audit.add_argument("file", metavar="FILE", help="Python file, or - to read stdin")
+    audit.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON"
+    )
+
+    mcp = commands.add_parser(
+        "mcp",
+        parents=[policy_opts, engine_opts],
+        help="serve the engine over MCP (stdio)",
+        description="An MCP server on stdin/stdout with the tools run_python, list_variables, "
+        "inspect_variable and reset_session. Needs genpark-repl-tools[mcp].",
+    )
+    mcp.add_argument(
+        "--max-sessions",
+        type=_positive_int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="live sessions at most",
+    )
+    mcp.add_argument(
+        "--max-code-chars",
+        type=_positive_int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="largest code accepted in one call (default: 500000)",
+    )
+    mcp.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        default="WARNING",
+        help="server log level (logs go to stderr; default: WARNING)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `genpark-repl` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _cmd_run(args)
+        if args.command == "audit":
+            return _cmd_audit(args)
+        if args.command == "mcp":
+            return _cmd_mcp(args)
+        return _cmd_repl(args)
+    except UsageError as exc:
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130  # the shell's convention for SIGINT
+    except BrokenPipeError:
+        # The reader went away (`| head`): silence the flush at exit instead of a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR
+
+
+# ---- engine ------------------------------------------------------------------------------------
+
+
+def _make_engine(args: argparse.Namespace, policy: str | None = None, **limit_overrides: Any) -> ReplEngine:
+    limits: dict[str, Any] = dict(limit_overrides)
+    for option, field in (("timeout", "timeout_s"), ("memory_mb", "memory_mb"), ("cpu_s", "cpu_s")):
+        if hasattr(args, option):
+            limits[field] = getattr(args, option)
+    options: dict[str, Any] = {"boundary": getattr(args, "boundary", "inprocess")}
+    name = policy or getattr(args, "policy", None)
+    if name is not None:
+        options["policy"] = name
+    try:
+        return ReplEngine(limits=Limits(**limits), **options)
+    except ImportError as exc:
+        raise UsageError(f"boundary {options['boundary']!r} is not available here: {exc}") from exc
+    except ValidationError as exc:  # a limit out of range: name it without pydantic's boilerplate
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise UsageError(f"invalid limit ({problems})") from exc
+    except (ValueError, TypeError, ReplError) as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _read_source(file: str) -> tuple[str, str]:
+    """The code and a short name for it (used to name saved figures)."""
+    if file == "-":
+        return sys.stdin.read(), "stdin"
+    path = Path(file)
+    try:
+        # tokenize.open honours a PEP 263 coding line, as `python FILE` does.
+        with tokenize.open(path) as handle:
+            return handle.read(), path.stem or "script"
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {file}") from None
+    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {file}: {exc}") from exc
+
+
+# ---- run and audit -----------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    code, name = _read_source(args.file)
+    with _make_engine(args) as engine:
+        result = engine.run(code, session="run")
+        print(_render(result, engine, getattr(args, "json", False)))
+        figures = getattr(args, "save_figures", None)
+        if figures is not None:
+            try:
+                for path in save_figures(result, figures, prefix=name):
+                    print(f"Saved figure: {path}", file=sys.stderr)
+            except OSError as exc:  # the run's status still decides the exit code
+                print(f"{_PROG}: cannot save figures: {exc}", file=sys.stderr)
+    return exit_code(result)
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    code, _ = _read_source(args.file)
+    try:
+        ast.parse(code)
+    except SyntaxError as exc:
+        print(f"Syntax error at line {exc.lineno}: {exc.msg}")
+        return EXIT_ERROR
+    except ValueError as exc:  # source with NUL bytes
+        print(f"Cannot parse: {exc}")
+        return EXIT_ERROR
+    # The audit needs only the policy: no boundary options, no workers started.
+    with _make_engine(argparse.Namespace(policy=getattr(args, "policy", None))) as engine:
+        report = engine.audit(code)
+    if getattr(args, "json", False):
+        print(report.model_dump_json(indent=2))
+    elif report.allowed:
+        print(f"Allowed under policy '{report.policy}'.")
+    else:
+        print(f"Blocked by policy '{report.policy}':\n{report.describe()}")
+    return EXIT_OK if report.allowed else EXIT_BLOCKED
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from .mcp_server import serve_stdio
+    except MissingDependency as exc:
+        raise UsageError(str(exc)) from exc
+    limits = {name: getattr(args, name) for name in ("max_sessions", "max_code_chars") if hasattr(args, name)}
+    with _make_engine(args, **limits) as engine:
+        serve_stdio(engine, log_level=args.log_level)
+    return EXIT_OK
+
+
+def _render(result: ExecutionResult, engine: ReplEngine, as_json: bool) -> str:
+    if as_json:
+        return result.model_dump_json(indent=2)
+    return result.to_observation(max_chars=engine.limits.max_observation_chars)
+
+
+def save_figures(result: ExecutionResult, directory: Path, prefix: str = "figure") -> list[Path]:
+    """Write the result's image attachments into `directory` (created if needed); never overwrites."""
+    paths: list[Path] = []
+    for index, attachment in enumerate(result.attachments, 1):
+        if attachment.kind != "image":
+            continue
+        try:
+            data = base64.b64decode(attachment.data_base64, validate=True)
+        except (binascii.Error, ValueError):
+            warnings.warn(f"attachment {index} is not valid base64; not saved", RuntimeWarning, stacklevel=2)
+            continue
+        directory.mkdir(parents=True, exist_ok=True)
+        suffix = _IMAGE_SUFFIXES.get(attachment.mime_type, ".bin")
+        stem = f"{prefix}-{result.execution_count}-{index}"
+        paths.append(_write_new(directory, stem, suffix, data))
+    return paths
+
+
+def _write_new(directory: Path, stem: str, suffix: str, data: bytes) -> Path:
+    for attempt in range(1, 10_000):
+        path = directory / (f"{stem}{suffix}" if attempt == 1 else f"{stem}.{attempt}{suffix}")
+        try:
+            with path.open("xb") as handle:  # "x": an earlier figure is never overwritten
+                handle.write(data)
+        except FileExistsError:
+            continue
+        return path
+    raise UsageError(f"too many figures named {stem}* in {directory}")
+
+
+# ---- the interactive REPL ----------------------------------------------------------------------
+
+_HELP = """\
+Type Python; a statement that is not complete yet continues on the next line (end a block with an
+empty line). After each run you see the observation a model would get (--json: the telemetry).
+
+  :vars            the session's variables
+  :inspect NAME    one variable in detail
+  :reset           delete every variable
+  :policy [NAME]   show the policy and what is enforced; with NAME, switch (variables are lost)
+  :help            this text
+  :quit            leave (Ctrl-D works too)"""
+
+
+def _cmd_repl(args: argparse.Namespace) -> int:
+    engine = _make_engine(args)
+    interactive = sys.stdin.isatty()
+
+    def switch(policy: str) -> ReplEngine:
+        return _make_engine(args, policy=policy)
+
+    history = _setup_history() if interactive else None
+    try:
+        return repl(
+            engine,
+            stdin=sys.stdin,
+            stdout=sys.stdout,
+            interactive=interactive,
+            json_output=getattr(args, "json", False),
+            figures_dir=getattr(args, "save_figures", None),
+            switch_policy=switch,
+        )
+    finally:
+        if history is not None:
+            history()
+
+
+def _setup_history() -> Callable[[], None] | None:
+    """Load readline history; returns the function that saves it (None without readline)."""
+    try:
+        import readline
+    except ImportError:  # Windows without pyreadline: plain input() still works
+        return None
+    path = Path(os.environ.get(_HISTORY_ENV, _HISTORY_DEFAULT)).expanduser()
+    with contextlib.suppress(OSError):  # first run, or an unreadable file: start empty
+        readline.read_history_file(path)
+    readline.set_history_length(2000)
+
+    def save() -> None:
+        with contextlib.suppress(OSError):  # a read-only home must not make leaving an error
+            readline.write_history_file(path)
+
+    return save
+
+
+def repl(
+    engine: ReplEngine,
+    *,
+    stdin: TextIO,
+    stdout: TextIO,
+    interactive: bool = False,
+    json_output: bool = False,
+    figures_dir: Path | None = None,
+    switch_policy: Callable[[str], ReplEngine] | None = None,
+) -> int:
+    """Read-eval-print loop over `engine`'s "repl" session; returns the exit code. Closes the engine.
+
+    With `interactive`, lines are read with `input()` (readline editing and history) and prompts are
+    shown; otherwise lines come from `stdin` silently, so the REPL can be driven by a pipe.
+    """
+    state = _ReplState(engine, stdout, json_output, figures_dir, switch_policy)
+    if interactive:
+        state.say(
+            f"{_PROG}: policy '{engine.policy.name}', {engine.boundary.name} boundary, "
+            f"{engine.limits.timeout_s:g} s timeout. :help for commands, :quit to leave."
+        )
+    buffer: list[str] = []
+    try:
+        while True:
+            try:
+                line = _read_line(_PS2 if buffer else _PS1, stdin, interactive)
+            except EOFError:
+                if buffer:  # a pipe may end without the blank line that closes a block
+                    state.run("\n".join(buffer))
+                if interactive:
+                    state.say("")
+                return EXIT_OK
+            except KeyboardInterrupt:
+                state.say("\nKeyboardInterrupt")
+                buffer.clear()
+                continue
+            if not buffer and line.strip().startswith(":"):
+                if not state.command(line.strip()):
+                    return EXIT_OK
+                continue
+            if not buffer and not line.strip():
+                continue
+            buffer.append(line)
+            if _is_complete(buffer):
+                source = "\n".join(buffer)
+                buffer.clear()
+                state.run(source)
+    finally:
+        state.engine.close()
+
+
+def _read_line(prompt: str, stdin: TextIO, interactive: bool) -> str:
+    if interactive:
+        return input(prompt)
+    line = stdin.readline()
+    if not line:
+        raise EOFError
+    return line.rstrip("\r\n")
+
+
+def _is_complete(lines: list[str]) -> bool:
+    """Whether the lines are ready to run: the interactive interpreter's rule, plus an escape hatch."""
+    try:
+        # "single" is the interactive interpreter's mode: a compound statement stays open until a blank
+        # line, so `if x:` can be followed by `else:`.
+        code = codeop.compile_command("\n".join(lines), "<repl>", "single")
+    except (SyntaxError, OverflowError, ValueError):
+        # Invalid as one interactive statement (a block followed by more code, a typo): hand it to the
+        # engine, which compiles it as a module and reports a real error with line and caret.
+        return True
+    # Two blank lines run what is there even if a bracket or string is still open: the engine says why.
+    return code is not None or (len(lines) > 2 and not lines[-1].strip() and not lines[-2].strip())
+
+
+class _ReplState:
+    """What the REPL holds between lines. Security model: the engine's policy and boundary; the REPL
+    runs the person's own code, who already has a shell, so it adds nothing of its own."""
+
+    def __init__(
+        self,
+        engine: ReplEngine,
+        stdout: TextIO,
+        json_output: bool,
+        figures_dir: Path | None,
+        switch_policy: Callable[[str], ReplEngine] | None,
+    ) -> None:
+        self.engine = engine
+        self.stdout = stdout
+        self.json_output = json_output
+        self.figures_dir = figures_dir
+        self.switch_policy = switch_policy
+
+    def say(self, text: str) -> None:
+        self.stdout.write(text + "\n")
+        self.stdout.flush()
+
+    def run(self, source: str) -> None:
+        try:
+            result = self.engine.run(source, session=_REPL_SESSION)
+        except KeyboardInterrupt:
+            self.say("KeyboardInterrupt")
+            return
+        except ReplError as exc:
+            self.say(f"{type(exc).__name__}: {exc}")
+            return
+        self.say(_render(result, self.engine, self.json_output))
+        if self.figures_dir is not None:
+            try:
+                for path in save_figures(result, self.figures_dir):
+                    self.say(f"Saved figure: {path}")
+            except OSError as exc:
+                self.say(f"Cannot save figures: {exc}")
+
+    def command(self, line: str) -> bool:
+        """Run a `:command`; False means leave the REPL."""
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if name in (":quit", ":q", ":exit"):
+            return False
+        if name == ":help":
+            self.say(_HELP)
+        elif name == ":vars":
+            self._vars()
+        elif name == ":inspect":
+            self._inspect(arg)
+        elif name == ":reset":
+            self._reset()
+        elif name == ":policy":
+            self._policy(arg)
+        else:
+            self.say(f"Unknown command {name}; :help lists the commands.")
+        return True
+
+    def _vars(self) -> None:
+        try:
+            variables = self.engine.variables(_REPL_SESSION)
+        except SessionNotFound:
+            variables = []
+        if not variables:
+            self.say("No variables.")
+        for info in variables:
+            self.say(_variable_line(info))
+
+    def _inspect(self, name: str) -> None:
+        if not name:
+            self.say("Usage: :inspect NAME")
+            return
+        try:
+            info = self.engine.inspect(name, _REPL_SESSION)
+        except (SessionNotFound, VariableNotFound):
+            self.say(f"No variable {name!r}; :vars lists them.")
+            return
+        if self.json_output:
+            self.say(info.model_dump_json(indent=2))
+            return
+        for field, value in info.model_dump(exclude_none=True).items():
+            self.say(f"{field:>14}: {value}")
+
+    def _reset(self) -> None:
+        with contextlib.suppress(SessionNotFound):  # nothing ran yet: already empty
+            self.engine.reset(_REPL_SESSION)
+        self.say("Session reset: every variable is gone.")
+
+    def _policy(self, name: str) -> None:
+        if not name:
+            described = self.engine.describe()
+            self.say(f"Policy '{self.engine.policy.name}' on the {self.engine.boundary.name} boundary.")
+            for key, value in described.get("enforced", {}).items():
+                self.say(f"  {key}: {value}")
+            known = _known_policies()
+            if known:
+                self.say(f"Presets: {', '.join(known)} (switch with :policy NAME)")
+            return
+        if self.switch_policy is None:
+            self.say("Switching policy is not available here.")
+            return
+        try:
+            engine = self.switch_policy(name)
+        except UsageError as exc:
+            self.say(str(exc))
+            return
+        self.engine.close()
+        self.engine = engine
+        self.say(f"Policy '{engine.policy.name}' now; the session starts empty.")
+
+
+def _variable_line(info: VariableInfo) -> str:
+    details = [info.type if info.kind == "value" else info.kind]
+    if info.shape is not None:
+        details.append("shape " + "x".join(str(d) for d in info.shape))
+    elif info.len is not None:
+        details.append(f"len {info.len}")
+    if info.dtype:
+        details.append(info.dtype)
+    return f"{info.name} ({', '.join(details)}) = {info.repr}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,203 @@
+"""`genpark-repl mcp` as a real process, driven by the SDK's stdio client.
+
+Each test spawns `python -m genpark_repl_tools.cli mcp` and is bounded by `fail_after`; the SDK's
+client stops the process tree when the block exits, also on failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult, ImageContent, TextContent
+
+ROOT = Path(__file__).resolve().parents[2]
+# Startup imports the SDK (seconds on a loaded machine); the calls themselves are fast.
+BOUND_S = 90
+
+Scenario = Callable[[ClientSession], Awaitable[None]]
+
+
+def serve(tmp_path: Path, scenario: Scenario, *options: str) -> str:
+    """Run `scenario` against a spawned server; returns what the server wrote to stderr."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "genpark_repl_tools.cli", "mcp", "--policy", "trusted", *options],
+        env={"PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+    )
+    log = tmp_path / "server-stderr.log"
+
+    async def main() -> None:
+        with anyio.fail_after(BOUND_S), log.open("w") as errlog:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                await scenario(session)
+
+    anyio.run(main)
+    return log.read_text()
+
+
+def text_of(result: CallToolResult) -> str:
+    first = result.content[0]
+    assert isinstance(first, TextContent)
+    return first.text
+
+
+def session_of(result: CallToolResult) -> str:
+    assert result.structured_content is not None
+    sid = result.structured_content["session_id"]
+    assert isinstance(sid, str)
+    return sid
+
+
+FIGURE = """\
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(4, 3))
+ax.plot([1, 4, 9])
+ax.set_title("squares")
+plt.show()
+"""
+
+
+async def check_figure(client: ClientSession) -> None:
+    """A matplotlib figure comes back as an image block, described in the structured output."""
+    result = await client.call_tool("run_python", {"code": FIGURE})
+    assert result.is_error is False, text_of(result)
+    images = [block for block in result.content if isinstance(block, ImageContent)]
+    assert len(images) == 1, text_of(result)
+    assert images[0].mime_type == "image/png"
+    assert base64.b64decode(images[0].data).startswith(b"\x89PNG\r\n\x1a\n")
+    assert result.structured_content is not None
+    [info] = result.structured_content["images"]
+    assert (info["content_index"], info["width"], info["height"]) == (1, 400, 300)
+    assert "squares" in info["description"]
+    assert "Attached image/png 400x300" in text_of(result)
+
+
+def boundary_available(name: str) -> bool:
+    try:
+        from genpark_repl_tools import ReplEngine
+
+        ReplEngine(policy="trusted", boundary=name).close()
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("boundary", ["inprocess", "subprocess"])
+def test_tools_state_figures_and_crashes(tmp_path: Path, boundary: str) -> None:
+    if not boundary_available(boundary):
+        pytest.skip(f"the {boundary} boundary is not built yet")
+    has_matplotlib = importlib.util.find_spec("matplotlib") is not None
+
+    async def scenario(client: ClientSession) -> None:
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        assert tools == {"run_python", "list_variables", "inspect_variable", "reset_session"}
+
+        # ClientSession validates structured content against each tool's output schema on its own.
+        first = await client.call_tool("run_python", {"code": "def double(n):\n    return 2 * n\nbase = 21"})
+        assert first.is_error is False
+        sid = session_of(first)
+        second = await client.call_tool("run_python", {"code": "double(base)", "session_id": sid})
+        assert session_of(second) == sid
+        assert "Out: 42" in text_of(second)
+        assert second.structured_content is not None
+        assert second.structured_content["result"]["execution_count"] == 2
+
+        listing = text_of(await client.call_tool("list_variables", {"session_id": sid}))
+        assert listing.splitlines() == ["double (function) = def double(n)", "base (int) = 21"]
+
+        if has_matplotlib:
+            await check_figure(client)
+
+        if boundary == "subprocess":
+            # A crash is a result too; the session's next run starts over and says so.
+            code = "import os\nos._exit(1)"
+            crash = await client.call_tool("run_python", {"code": code, "session_id": sid})
+            assert crash.structured_content is not None
+            assert crash.structured_content["result"]["status"] == "crashed"
+            after = await client.call_tool("run_python", {"code": "'base' in dir()", "session_id": sid})
+            assert "Out: False" in text_of(after)
+            assert after.structured_content is not None
+            assert after.structured_content["result"]["session_restarted"] is True
+
+    stderr = serve(tmp_path, scenario, "--boundary", boundary)
+    assert "Traceback" not in stderr
+
+
+def test_sessions_are_isolated_and_independent(tmp_path: Path) -> None:
+    finished: list[str] = []
+
+    async def scenario(client: ClientSession) -> None:
+        alice = session_of(await client.call_tool("run_python", {"code": "secret = 'alice'"}))
+        bob = await client.call_tool("run_python", {"code": "secret"})
+        assert session_of(bob) != alice
+        assert text_of(bob).startswith("Error: NameError: name 'secret' is not defined")
+
+        # A slow call in one session does not hold up another session's call.
+        async def slow() -> None:
+            code = "import time\ntime.sleep(2)\nsecret"
+            result = await client.call_tool("run_python", {"code": code, "session_id": alice})
+            assert "Out: 'alice'" in text_of(result)
+            finished.append("slow")
+
+        async def fast() -> None:
+            await anyio.sleep(0.3)
+            result = await client.call_tool("run_python", {"code": "'bob'", "session_id": session_of(bob)})
+            assert "Out: 'bob'" in text_of(result)
+            finished.append("fast")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(slow)
+            group.start_soon(fast)
+
+    serve(tmp_path, scenario, "--timeout", "20")
+    assert finished == ["fast", "slow"]
+
+
+def test_bad_input_is_answered_and_the_server_keeps_serving(tmp_path: Path) -> None:
+    async def scenario(client: ClientSession) -> None:
+        with pytest.raises(MCPError) as caught:
+            await client.call_tool("no_such_tool", {})
+        assert caught.value.code == INVALID_PARAMS
+        assert "Unknown tool 'no_such_tool'" in caught.value.message
+
+        refusals = {
+            "missing code": await client.call_tool("run_python", {}),
+            "wrong type": await client.call_tool("run_python", {"code": ["print(1)"]}),
+            "huge code": await client.call_tool("run_python", {"code": "1\n" * 5_000}),
+            "unknown session": await client.call_tool("list_variables", {"session_id": "s-gone"}),
+            "unknown argument": await client.call_tool("run_python", {"code": "1", "timeout": 5}),
+        }
+        for label, result in refusals.items():
+            assert result.is_error is True, label
+        assert "code: Field required" in text_of(refusals["missing code"])
+        assert "code: Input should be a valid string" in text_of(refusals["wrong type"])
+        assert "code has 10,000 characters; the limit is 1,000" in text_of(refusals["huge code"])
+        assert "unknown session_id 's-gone'" in text_of(refusals["unknown session"])
+        assert "unknown argument(s) 'timeout'" in text_of(refusals["unknown argument"])
+
+        # Code that misbehaves is a result, and the server still answers afterwards.
+        stopped = await client.call_tool("run_python", {"code": "while True:\n    pass"})
+        assert stopped.structured_content is not None
+        assert stopped.structured_content["result"]["status"] == "timeout"
+        alive = await client.call_tool("run_python", {"code": "import sys\nprint('still here')"})
+        assert "still here" in text_of(alive)
+
+    stderr = serve(tmp_path, scenario, "--max-code-chars", "1000", "--timeout", "1")
+    assert "Traceback" not in stderr

@@ -1,0 +1,434 @@
+"""The MCP tools in-process (the SDK's in-memory client): contract, rendering, images, refusals.
+
+The same server over a real stdio pipe is tested in test_mcp_stdio.py.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+import jsonschema
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult, ImageContent, TextContent
+
+from genpark_repl_tools import (
+    Attachment,
+    ExecutionRequest,
+    ExecutionResult,
+    Limits,
+    MockBoundary,
+    ReplEngine,
+    cli,
+)
+from genpark_repl_tools.mcp_server import RunOutput, create_server, result_to_mcp
+
+TOOLS = {"run_python", "list_variables", "inspect_variable", "reset_session"}
+# A real 1x1 PNG, so what a client decodes is an image and not just bytes with a label.
+PNG_1X1 = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+        "0000000d49444154789c6360f8cfc0f01f0005000201e2d5c5d80000000049454e44ae426082"
+    )
+).decode()
+
+Scenario = Callable[[Client], Awaitable[None]]
+
+
+def serve(engine: ReplEngine, scenario: Scenario) -> None:
+    """Run `scenario` against a server on `engine`, bounded in time; closes the engine."""
+
+    async def main() -> None:
+        with anyio.fail_after(30):
+            async with Client(create_server(engine)) as client:
+                await scenario(client)
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.close()
+
+
+def text_of(result: CallToolResult) -> str:
+    first = result.content[0]
+    assert isinstance(first, TextContent)
+    return first.text
+
+
+def figure_engine() -> ReplEngine:
+    def handler(request: ExecutionRequest) -> ExecutionResult:
+        return ExecutionResult(
+            status="ok",
+            session=request.session,
+            execution_count=1,
+            stdout="plotted\n",
+            attachments=[
+                Attachment(data_base64=PNG_1X1, description="line plot", width=1, height=1),
+                Attachment(data_base64=PNG_1X1, description="histogram", width=1, height=1),
+            ],
+        )
+
+    return ReplEngine(boundary=MockBoundary(handler))
+
+
+# ---- the contract a client sees ----------------------------------------------------------------
+
+
+def test_tools_are_listed_with_input_and_output_schemas() -> None:
+    async def scenario(client: Client) -> None:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert set(listed) == TOOLS
+        run = listed["run_python"]
+        assert run.input_schema["required"] == ["code"]
+        assert set(run.input_schema["properties"]) == {"code", "session_id"}
+        assert run.output_schema is not None
+        assert {"session_id", "new_session", "result", "images"} <= set(run.output_schema["properties"])
+        # The description tells the model what it runs under, from the engine's own settings.
+        assert run.description is not None
+        assert "Policy 'trusted'" in run.description
+        assert "2.5 s per call" in run.description
+        for name in ("list_variables", "inspect_variable", "reset_session"):
+            assert "session_id" in listed[name].input_schema["required"]
+            assert listed[name].output_schema is not None
+        assert listed["list_variables"].annotations is not None
+        assert listed["list_variables"].annotations.read_only_hint is True
+        assert listed["reset_session"].annotations is not None
+        assert listed["reset_session"].annotations.destructive_hint is True
+
+    serve(ReplEngine(policy="trusted", limits=Limits(timeout_s=2.5)), scenario)
+
+
+def test_structured_output_matches_the_advertised_schema() -> None:
+    async def scenario(client: Client) -> None:
+        schemas = {tool.name: tool.output_schema for tool in (await client.list_tools()).tools}
+        run = await client.call_tool("run_python", {"code": "x = [1, 2, 3]\nsum(x)"})
+        sid = run.structured_content["session_id"] if run.structured_content else ""
+        calls = {
+            "run_python": run,
+            "list_variables": await client.call_tool("list_variables", {"session_id": sid}),
+            "inspect_variable": await client.call_tool("inspect_variable", {"session_id": sid, "name": "x"}),
+            "reset_session": await client.call_tool("reset_session", {"session_id": sid}),
+        }
+        for name, result in calls.items():
+            assert not result.is_error, text_of(result)
+            jsonschema.validate(result.structured_content, schemas[name])
+        assert calls["inspect_variable"].structured_content is not None
+        assert calls["inspect_variable"].structured_content["variable"]["len"] == 3
+
+    serve(ReplEngine(policy="trusted"), scenario)
+
+
+# ---- running code ------------------------------------------------------------------------------
+
+
+def test_session_id_is_generated_returned_and_reused() -> None:
+    async def scenario(client: Client) -> None:
+        first = await client.call_tool("run_python", {"code": "total = 40"})
+        data = RunOutput.model_validate(first.structured_content)
+        assert data.new_session is True
+        assert data.session_id.startswith("s-")
+        assert data.result.session == data.session_id
+        assert f'pass session_id="{data.session_id}"' in text_of(first)
+
+        second = await client.call_tool("run_python", {"code": "total + 2", "session_id": data.session_id})
+        again = RunOutput.model_validate(second.structured_content)
+        assert again.new_session is False
+        assert again.session_id == data.session_id
+        assert again.result.value == "42"
+        assert again.result.execution_count == 2
+        assert "Out: 42" in text_of(second)
+
+        other = await client.call_tool("run_python", {"code": "x = 1"})
+        assert RunOutput.model_validate(other.structured_content).session_id != data.session_id
+
+    serve(ReplEngine(policy="trusted"), scenario)
+
+
+def test_an_error_in_the_code_is_a_result_not_a_tool_error() -> None:
+    async def scenario(client: Client) -> None:
+        result = await client.call_tool("run_python", {"code": "values = [1, 0]\n1 / values[1]"})
+        assert result.is_error is False
+        assert text_of(result).startswith("Error: ZeroDivisionError: division by zero")
+        data = RunOutput.model_validate(result.structured_content)
+        assert data.result.status == "error"
+        assert data.result.error is not None
+        assert data.result.error.line == 2
+
+    serve(ReplEngine(policy="trusted"), scenario)
+
+
+def test_variables_inspect_and_reset() -> None:
+    async def scenario(client: Client) -> None:
+        run = await client.call_tool("run_python", {"code": "name = 'Ada'\nscores = [3, 4]"})
+        sid = RunOutput.model_validate(run.structured_content).session_id
+
+        listing = await client.call_tool("list_variables", {"session_id": sid})
+        assert text_of(listing).splitlines() == ["name (str, len 3) = 'Ada'", "scores (list, len 2) = [3, 4]"]
+
+        inspected = await client.call_tool("inspect_variable", {"session_id": sid, "name": "scores"})
+        assert text_of(inspected) == "scores (list, len 2) = [3, 4]"
+
+        reset = await client.call_tool("reset_session", {"session_id": sid})
+        assert "reset" in text_of(reset)
+        assert text_of(await client.call_tool("list_variables", {"session_id": sid})) == "No variables."
+        # The handle stays valid after a reset.
+        after = await client.call_tool("run_python", {"code": "'name' in dir()", "session_id": sid})
+        assert RunOutput.model_validate(after.structured_content).result.value == "False"
+
+    serve(ReplEngine(policy="trusted"), scenario)
+
+
+# ---- images ------------------------------------------------------------------------------------
+
+
+def test_attachments_become_image_blocks_through_the_server() -> None:
+    async def scenario(client: Client) -> None:
+        result = await client.call_tool("run_python", {"code": "plot()"})
+        assert not result.is_error
+        kinds = [type(block) for block in result.content]
+        assert kinds == [TextContent, ImageContent, ImageContent]
+        image = result.content[1]
+        assert isinstance(image, ImageContent)
+        assert image.mime_type == "image/png"
+        assert base64.b64decode(image.data).startswith(b"\x89PNG\r\n\x1a\n")
+        assert "Attached image/png 1x1: line plot" in text_of(result)
+        data = RunOutput.model_validate(result.structured_content)
+        assert [(i.content_index, i.description) for i in data.images] == [(1, "line plot"), (2, "histogram")]
+        # The bytes travel once: the telemetry points at the blocks instead of repeating them.
+        assert data.result.attachments == []
+
+    serve(figure_engine(), scenario)
+
+
+def test_result_to_mcp_renders_one_result() -> None:
+    result = ExecutionResult(
+        status="ok",
+        session="s-1",
+        value="3",
+        attachments=[Attachment(mime_type="image/jpeg", data_base64=PNG_1X1, description="photo")],
+    )
+    new = result_to_mcp(result, "s-1", new_session=True)
+    old = result_to_mcp(result, "s-1")
+    assert text_of(new).endswith('Session: s-1 (new; pass session_id="s-1" to keep these variables)')
+    assert text_of(old).endswith("\nSession: s-1")
+    image = old.content[1]
+    assert isinstance(image, ImageContent)
+    assert (image.mime_type, image.data) == ("image/jpeg", PNG_1X1)
+    assert old.structured_content is not None
+    assert old.structured_content["images"][0]["mime_type"] == "image/jpeg"
+    assert old.is_error is False
+    # The caller's result is not modified by rendering.
+    assert len(result.attachments) == 1
+
+
+def test_result_to_mcp_respects_the_observation_budget() -> None:
+    result = ExecutionResult(status="ok", session="s", stdout="x" * 50_000)
+    text = text_of(result_to_mcp(result, "s", max_chars=1_000))
+    assert len(text) < 1_100
+    assert "characters omitted" in text
+
+
+# ---- refusals: clear messages, and the server keeps serving -------------------------------------
+
+
+def call_error(result: CallToolResult) -> str:
+    assert result.is_error is True
+    return text_of(result)
+
+
+def test_unknown_tool_is_a_protocol_error_naming_the_tools() -> None:
+    async def scenario(client: Client) -> None:
+        with pytest.raises(MCPError) as caught:
+            await client.call_tool("exec_python", {"code": "1"})
+        assert caught.value.code == INVALID_PARAMS
+        assert caught.value.message == (
+            "Unknown tool 'exec_python'. Tools: inspect_variable, list_variables, reset_session, run_python."
+        )
+        assert not (await client.call_tool("run_python", {"code": "1"})).is_error
+
+    serve(ReplEngine(policy="trusted"), scenario)
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "expected"),
+    [
+        (
+            "run_python",
+            {},
+            "run_python: invalid arguments (code: Field required); "
+            "it takes code (string), session_id (string, optional).",
+        ),
+        (
+            "run_python",
+            {"code": 42},
+            "run_python: invalid arguments (code: Input should be a valid string); "
+            "it takes code (string), session_id (string, optional).",
+        ),
+        (
+            "run_python",
+            {"code": "1", "session": "abc"},
+            "run_python: unknown argument(s) 'session'; "
+            "it takes code (string), session_id (string, optional).",
+        ),
+        (
+            "inspect_variable",
+            {"session_id": "s-x"},
+            "inspect_variable: invalid arguments (name: Field required); "
+            "it takes name (string), session_id (string).",
+        ),
+    ],
+)
+def test_bad_arguments_say_what_is_expected(tool: str, arguments: dict[str, Any], expected: str) -> None:
+    async def scenario(client: Client) -> None:
+        assert call_error(await client.call_tool(tool, arguments)) == expected
+
+    serve(ReplEngine(policy="trusted"), scenario)
+
+
+@pytest.mark.parametrize(
+    ("tool", "extra"),
+    [
+        ("run_python", {"code": "1"}),
+        ("list_variables", {}),
+        ("inspect_variable", {"name": "x"}),
+        ("reset_session", {}),
+    ],
+)
+def test_unknown_session_id_is_refused_by_every_tool(tool: str, extra: dict[str, Any]) -> None:
+    async def scenario(client: Client) -> None:
+        message = call_error(await client.call_tool(tool, {"session_id": "s-never-issued", **extra}))
+        assert message == (
+            f"{tool}: unknown session_id 's-never-issued': no such session on this server (it may have "
+            "restarted). Call run_python without session_id to start a new session."
+        )
+
+    serve(ReplEngine(policy="trusted"), scenario)
+
+
+def test_unknown_variable_is_refused() -> None:
+    async def scenario(client: Client) -> None:
+        run = await client.call_tool("run_python", {"code": "a = 1"})
+        sid = RunOutput.model_validate(run.structured_content).session_id
+        message = call_error(await client.call_tool("inspect_variable", {"session_id": sid, "name": "b"}))
+        assert message == f"inspect_variable: name 'b' is not defined in session '{sid}'"
+
+    serve(ReplEngine(policy="trusted"), scenario)
+
+
+def test_huge_code_is_refused_before_it_runs() -> None:
+    async def scenario(client: Client) -> None:
+        code = "x = 1\n" + "#" * 500
+        message = call_error(await client.call_tool("run_python", {"code": code}))
+        assert message == (
+            f"run_python: code has {len(code)} characters; the limit is 200. "
+            "Send smaller pieces; keep data in variables or files, not in the code."
+        )
+        assert (await client.call_tool("run_python", {"code": "1 + 1"})).is_error is False
+
+    engine = ReplEngine(policy="trusted", limits=Limits(max_code_chars=200))
+    serve(engine, scenario)
+    assert engine.boundary.name == "inprocess"
+
+
+def test_session_cap_is_reported() -> None:
+    async def scenario(client: Client) -> None:
+        assert not (await client.call_tool("run_python", {"code": "1"})).is_error
+        message = call_error(await client.call_tool("run_python", {"code": "2"}))
+        assert message.startswith("run_python: 1 sessions are live (Limits.max_sessions)")
+
+    serve(ReplEngine(policy="trusted", limits=Limits(max_sessions=1)), scenario)
+
+
+def test_a_slow_run_does_not_block_other_calls() -> None:
+    order: list[str] = []
+
+    async def scenario(client: Client) -> None:
+        async def slow() -> None:
+            await client.call_tool("run_python", {"code": "import time\ntime.sleep(3)"})
+            order.append("slow")
+
+        async def fast() -> None:
+            await anyio.sleep(0.3)
+            result = await client.call_tool("run_python", {"code": "6 * 7"})
+            assert RunOutput.model_validate(result.structured_content).result.value == "42"
+            order.append("fast")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(slow)
+            group.start_soon(fast)
+
+    serve(ReplEngine(policy="trusted", limits=Limits(timeout_s=10)), scenario)
+    assert order == ["fast", "slow"]
+
+
+def test_a_session_the_boundary_closed_can_be_started_again() -> None:
+    # The subprocess boundary closes idle sessions on its own; closing one by hand is the same event.
+    engine = ReplEngine(policy="trusted")
+
+    async def scenario(client: Client) -> None:
+        run = await client.call_tool("run_python", {"code": "kept = 1"})
+        sid = RunOutput.model_validate(run.structured_content).session_id
+        await anyio.to_thread.run_sync(engine.close, sid)
+
+        message = call_error(await client.call_tool("list_variables", {"session_id": sid}))
+        assert message == (
+            f"list_variables: session '{sid}' was closed (idle too long, or by the host) and its variables "
+            "are gone. run_python with this session_id starts it again, empty."
+        )
+        again = await client.call_tool("run_python", {"code": "'kept' in dir()", "session_id": sid})
+        data = RunOutput.model_validate(again.structured_content)
+        assert (data.session_id, data.new_session, data.result.value) == (sid, False, "False")
+        assert data.result.session_restarted is True
+        assert text_of(again).startswith("Note: this session was restarted before this run")
+        assert not (await client.call_tool("list_variables", {"session_id": sid})).is_error
+
+    serve(engine, scenario)
+
+
+def test_a_policy_refusal_is_a_result_with_the_findings() -> None:
+    restricting = [name for name in ("strict", "standard") if name in cli._known_policies()]
+    if not restricting:
+        pytest.skip("no restricting preset yet")
+
+    async def scenario(client: Client) -> None:
+        result = await client.call_tool("run_python", {"code": "import socket"})
+        assert result.is_error is False
+        assert text_of(result).startswith(f"Blocked by policy '{restricting[0]}'")
+        data = RunOutput.model_validate(result.structured_content)
+        assert data.result.status == "blocked"
+        assert [f.rule for f in data.result.findings] == ["import"]
+
+    serve(ReplEngine(policy=restricting[0]), scenario)
+
+
+@pytest.mark.parametrize(
+    ("installed", "expected"),
+    [
+        (None, "the MCP server needs the MCP SDK; install genpark-repl-tools[mcp]"),
+        ("1.20.0", "the MCP server needs mcp>=2.3 (MCPServer), found mcp 1.20.0; install genpark-repl-tools"),
+    ],
+)
+def test_missing_or_old_sdk_message(
+    installed: str | None, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+
+    from genpark_repl_tools import mcp_server
+
+    def version(name: str) -> str:
+        assert name == "mcp"
+        if installed is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    message = mcp_server._missing_sdk_message(ImportError("No module named 'mcp.server.mcpserver'"))
+    assert message.startswith(expected)
+    assert message.endswith("pip install 'genpark-repl-tools[mcp]'")
