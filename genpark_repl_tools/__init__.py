@@ -31,6 +31,7 @@ from ._models import (
     VariableChanges,
     VariableInfo,
 )
+from ._observation import render_variables
 from .policy import Policy
 
 __version__ = "0.1.0"
@@ -59,4 +60,5 @@ __all__ = [
     "VariableInfo",
     "VariableNotFound",
     "__version__",
+    "render_variables",
 ]

@@ -49,6 +49,21 @@ class _Repr(reprlib.Repr):
                 self.cut = True
         return super().repr1(x, level)
 
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        # reprlib sorts keys; a model should see the dict in its own (insertion) order.
+        n = len(x)
+        if n == 0:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        pieces = []
+        for i, (key, value) in enumerate(x.items()):
+            if i >= self.maxdict:
+                pieces.append("...")
+                break
+            pieces.append(f"{self.repr1(key, level - 1)}: {self.repr1(value, level - 1)}")
+        return "{" + ", ".join(pieces) + "}"
+
     def repr_int(self, x: int, level: int) -> str:
         try:
             return super().repr_int(x, level)
@@ -107,7 +122,8 @@ def type_name(obj: Any) -> str:
     cls = type(obj)
     module = getattr(cls, "__module__", "builtins")
     qual = getattr(cls, "__qualname__", cls.__name__)
-    return qual if module in ("builtins", None) else f"{module}.{qual}"
+    # Classes the session defined live in its "__main__"; the prefix would only be noise.
+    return qual if module in ("builtins", "__main__", None) else f"{module}.{qual}"
 
 
 def _kind(obj: Any) -> str:

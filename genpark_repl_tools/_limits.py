@@ -29,4 +29,17 @@ class Limits(BaseModel):
     memory_mb: int | None = Field(None, gt=0, description="Address-space cap (subprocess boundary).")
     cpu_s: float | None = Field(None, gt=0, description="CPU seconds per worker (subprocess boundary).")
     max_open_files: int | None = Field(None, gt=0, description="Open file descriptors (subprocess boundary).")
-    max_file_size_mb: int | None = Field(None, gt=0, description="Largest file written (subprocess boundary).")
+    max_file_size_mb: int | None = Field(
+        None, gt=0, description="Largest file written (subprocess boundary)."
+    )
+    max_figures: int = Field(
+        default=4,
+        ge=0,
+        description="Matplotlib figures attached per execution as PNG (0: none); all are closed.",
+    )
+    figure_dpi: int = Field(default=100, ge=20, le=600, description="Resolution figures are rendered at.")
+    max_figure_bytes: int = Field(
+        default=1_000_000,
+        ge=10_000,
+        description="Largest PNG attached; larger figures are re-rendered at lower dpi.",
+    )

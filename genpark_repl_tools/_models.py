@@ -38,6 +38,12 @@ class VariableInfo(_Model):
     size: int | None = Field(None, description="Element count where the object reports one (arrays, frames).")
     summary: str | None = Field(None, description="A compact structural summary for tables and arrays.")
 
+    def to_observation(self) -> str:
+        """This variable in detail, as text for a model."""
+        from ._observation import render_variable
+
+        return render_variable(self)
+
 
 class VariableChanges(_Model):
     created: list[VariableInfo] = Field(default_factory=list)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._models import ExecutionResult, VariableInfo, _caret, _finding_text
 
-__all__ = ["render_observation"]
+__all__ = ["render_observation", "render_variable", "render_variables", "variable_label"]
 
 DEFAULT_MAX_CHARS = 12_000
 _MAX_LISTED_CHANGES = 12
@@ -47,7 +47,7 @@ def render_observation(result: ExecutionResult, max_chars: int | None = None) ->
     room = max(0, budget - used)
     bodies = _fit([body for _, body in sections], room)
     parts = list(fixed)
-    for (header, _), body in zip(sections, bodies):
+    for (header, _), body in zip(sections, bodies, strict=True):
         if header == "Out:" and "\n" not in body:
             parts.append(f"Out: {body}")
         else:
@@ -60,7 +60,7 @@ def render_observation(result: ExecutionResult, max_chars: int | None = None) ->
 def _status_line(result: ExecutionResult) -> str:
     error = result.error
     if result.status == "ok":
-        if result.stdout or result.stderr or result.value is not None:
+        if result.stdout or result.stderr or result.value is not None or result.attachments:
             return "OK"
         return "OK (no output; end the code with an expression or print() to see a value)"
     if result.status == "blocked":
@@ -96,16 +96,53 @@ def _traceback_section(result: ExecutionResult) -> str:
     return "\n".join(line for line in error.traceback.splitlines()[1:] if line.startswith("  "))
 
 
-def _describe(info: VariableInfo) -> str:
-    extra = []
+def variable_label(info: VariableInfo) -> str:
+    """'list, len 3', 'numpy.ndarray, shape 2x3, float64', 'function'."""
+    parts = [info.type if info.kind == "value" else info.kind]
     if info.shape is not None:
-        extra.append("shape " + "x".join(str(d) for d in info.shape))
+        parts.append("shape " + "x".join(str(d) for d in info.shape))
     elif info.len is not None:
-        extra.append(f"len {info.len}")
+        parts.append(f"len {info.len}")
     if info.dtype:
-        extra.append(info.dtype)
-    kind = info.type if info.kind == "value" else info.kind
-    return f"{info.name} ({', '.join([kind, *extra])})"
+        parts.append(info.dtype)
+    return ", ".join(parts)
+
+
+def _describe(info: VariableInfo) -> str:
+    return f"{info.name} ({variable_label(info)})"
+
+
+def render_variable(info: VariableInfo) -> str:
+    """One variable in detail, for a model: name and type, summary, bounded repr."""
+    lines = [f"{info.name}: {variable_label(info)}"]
+    if info.summary:
+        lines.append(info.summary)
+    lines.append(info.repr + (" (shortened)" if info.repr_truncated else ""))
+    return "\n".join(lines)
+
+
+_LISTED_REPR_CHARS = 60
+_MORE_LINE_ROOM = 60
+
+
+def render_variables(infos: list[VariableInfo], max_chars: int | None = None) -> str:
+    """A listing of variables, one line each, within `max_chars`; says how many were left out."""
+    if not infos:
+        return "No variables defined yet."
+    budget = max(200, max_chars or DEFAULT_MAX_CHARS)
+    lines = [f"Variables ({len(infos)}):"]
+    used = len(lines[0])
+    for shown, info in enumerate(infos):
+        line = f"{info.name}: {variable_label(info)}"
+        if info.kind == "value":
+            first = info.repr.split("\n", 1)[0][:_LISTED_REPR_CHARS]
+            line += f" = {first}" + ("" if first == info.repr else "...")
+        if used + len(line) + 1 > budget - _MORE_LINE_ROOM:
+            lines.append(f"... and {len(infos) - shown} more; inspect one by name.")
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines)
 
 
 def _changes_line(result: ExecutionResult) -> str:

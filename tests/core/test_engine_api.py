@@ -42,6 +42,7 @@ EXPECTED_ALL = {
     "VariableInfo",
     "VariableNotFound",
     "__version__",
+    "render_variables",
 }
 
 

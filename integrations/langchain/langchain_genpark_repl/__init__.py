@@ -1,0 +1,30 @@
+"""LangChain tools for genpark-repl-tools: a Python REPL whose sessions follow the agent's thread.
+
+    from genpark_repl_tools import ReplEngine
+    from langchain_genpark_repl import GenparkReplToolkit
+
+    tools = GenparkReplToolkit(engine=ReplEngine(policy="standard")).get_tools()
+
+See `langchain_genpark_repl.tools` for the thread-to-session mapping and what each tool returns.
+"""
+
+from __future__ import annotations
+
+from .tools import (
+    GenparkReplTool,
+    GenparkReplToolkit,
+    GenparkVariablesTool,
+    SessionResolver,
+    thread_session,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GenparkReplTool",
+    "GenparkReplToolkit",
+    "GenparkVariablesTool",
+    "SessionResolver",
+    "__version__",
+    "thread_session",
+]
