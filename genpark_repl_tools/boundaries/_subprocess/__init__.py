@@ -1,0 +1,10 @@
+"""Private machinery of the subprocess boundary: wire protocol, sandbox, zygote, worker, host side.
+
+    _protocol  length-prefixed frames shared by the host, the zygote and the workers
+    _sandbox   what the OS offers (detected once) and how a worker applies it
+    _zygote    the single-threaded fork template: forks sandboxed workers, reaps them, kills trees
+    _worker    the worker's main loop: the same runner as in-process, on the far side of a socket
+    _host      the host's view: the zygote client and one handle per worker
+
+Nothing here is public API.
+"""

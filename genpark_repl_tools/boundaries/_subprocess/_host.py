@@ -1,0 +1,419 @@
+"""The host's side: a client for the zygote and a handle per worker.
+
+Nothing here runs the agent's code. The host never forks: the zygote is started with
+`subprocess.Popen` (fork+exec, safe from a threaded host) and forks the workers itself.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from ..._capture import BoundedText
+from ..._exceptions import BoundaryError
+from . import _protocol as P
+
+__all__ = ["Died", "OutputSink", "TimedOut", "WorkerHandle", "ZygoteClient"]
+
+_BOOTSTRAP = (
+    "import json, sys\n"
+    "sys.path[:] = json.loads(sys.argv[1])\n"
+    "from genpark_repl_tools.boundaries._subprocess._zygote import main\n"
+    "main(int(sys.argv[2]))\n"
+)
+_READ_CHUNK = 1 << 16
+# After a reply, output the worker keeps producing (a thread printing forever) is left for later.
+_DRAIN_AFTER_REPLY_BYTES = 4 << 20
+# The worker writes each line at once (so output survives a crash); the host reads it in batches:
+# after reading, it stops watching the pipes this long and lets their buffers fill, so a print loop
+# does not cost a host wake-up per line.
+_OUTPUT_BATCH_S = 0.002
+PIPE_BUFFER_BYTES = 256 * 1024
+_EXITS_KEPT = 4096
+
+
+@dataclass(frozen=True)
+class Died:
+    """The worker's socket closed before a reply."""
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """No reply before the deadline."""
+
+
+class OutputSink:
+    """One stream of one call: decoded incrementally, kept as head + tail."""
+
+    __slots__ = ("_decoder", "_limit", "_text")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self._text: BoundedText | None = None  # built on first output: most calls print nothing
+
+    def write(self, data: bytes) -> None:
+        if self._text is None or self._decoder is None:
+            self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            self._text = BoundedText(self._limit)
+        self._text.write(self._decoder.decode(data))
+
+    def finish(self) -> tuple[str, bool]:
+        if self._text is None or self._decoder is None:
+            return "", False
+        self._text.write(self._decoder.decode(b"", final=True))
+        return self._text.getvalue(), self._text.truncated
+
+
+class WorkerHandle:
+    """The host's end of one worker: its socket and the read ends of its stdout/stderr pipes."""
+
+    def __init__(self, token: str, sock: socket.socket, out_r: int, err_r: int) -> None:
+        self.token = token
+        self.sock = sock
+        self.out_r = out_r
+        self.err_r = err_r
+        self.pid: int | None = None
+        self.dead = False
+        self.frames = P.FrameBuffer()
+        self._poll = select.poll()
+        self._open: dict[int, int] = {}  # fd -> 0 socket, 1 stdout, 2 stderr
+        for fd, which in ((sock.fileno(), 0), (out_r, 1), (err_r, 2)):
+            self._poll.register(fd, select.POLLIN)
+            self._open[fd] = which
+
+    def send(self, kind: int, payload: bytes = b"") -> bool:
+        try:
+            self.sock.sendall(P.encode(kind, payload))
+        except OSError:
+            return False
+        return True
+
+    def send_json(self, kind: int, obj: Any) -> bool:
+        return self.send(kind, json.dumps(obj, separators=(",", ":")).encode())
+
+    def wait(
+        self, deadline: float, out: OutputSink | None = None, err: OutputSink | None = None
+    ) -> tuple[int, bytes] | Died | TimedOut:
+        """Pump output until a frame arrives, the socket closes, or the deadline passes."""
+        sinks = (None, out, err)
+        sock_fd = self.sock.fileno()
+        muted_until = 0.0
+        try:
+            while True:
+                try:
+                    frame = self.frames.next()
+                except P.ProtocolError:
+                    return Died()
+                if frame is not None:
+                    self.drain(out, err, limit=_DRAIN_AFTER_REPLY_BYTES)
+                    return frame
+                if sock_fd not in self._open:
+                    return Died()
+                now = time.monotonic()
+                remaining = deadline - now
+                if remaining <= 0:
+                    return TimedOut()
+                if muted_until:
+                    if now >= muted_until:
+                        self._watch_output(True)
+                        muted_until = 0.0
+                    else:
+                        remaining = min(remaining, muted_until - now)
+                for fd, _ in self._poll.poll(min(remaining, 3600.0) * 1000 + 1):
+                    which = self._open.get(fd)
+                    if which == 0:
+                        try:
+                            data = self.sock.recv(_READ_CHUNK)
+                        except OSError:
+                            data = b""
+                        if data:
+                            self.frames.feed(data)
+                        else:
+                            self._close_fd(fd)
+                    elif which is not None:
+                        self._read_output(fd, sinks[which])
+                        if not muted_until:
+                            self._watch_output(False)
+                            muted_until = time.monotonic() + _OUTPUT_BATCH_S
+        finally:
+            if muted_until:
+                self._watch_output(True)
+
+    def _watch_output(self, on: bool) -> None:
+        for fd in (self.out_r, self.err_r):
+            if fd in self._open:
+                self._poll.modify(fd, select.POLLIN if on else 0)
+
+    def drain(
+        self, out: OutputSink | None, err: OutputSink | None, *, limit: int, until_eof_s: float = 0
+    ) -> None:
+        """Read what the pipes hold now (or, after a kill, until EOF or `until_eof_s`)."""
+        deadline = time.monotonic() + until_eof_s
+        for fd, sink in ((self.out_r, out), (self.err_r, err)):
+            budget = limit
+            while fd in self._open and budget > 0:
+                try:
+                    data = os.read(fd, _READ_CHUNK)
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break
+                    select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    self._close_fd(fd)
+                    break
+                budget -= len(data)
+                if sink is not None:
+                    sink.write(data)
+
+    def _read_output(self, fd: int, sink: OutputSink | None) -> None:
+        # Empty the pipe (up to a bound) before muting it, so the worker is never left blocked.
+        for _ in range(16):
+            try:
+                data = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close_fd(fd)
+                return
+            if sink is not None:
+                sink.write(data)
+            if len(data) < _READ_CHUNK:
+                return
+
+    def _close_fd(self, fd: int) -> None:
+        if self._open.pop(fd, None) is not None:
+            self._poll.unregister(fd)
+
+    def close(self) -> None:
+        """Idempotent: a second close must not close descriptor numbers reused since the first."""
+        if self.dead:
+            return
+        self.dead = True
+        self._open.clear()
+        self.sock.close()
+        for fd in (self.out_r, self.err_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class ZygoteClient:
+    """Starts the zygote and talks to it. Thread-safe; one reader thread collects its messages."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        env: dict[str, str],
+        python: str,
+        on_death: Callable[[], None] | None = None,
+    ) -> None:
+        self._config = config
+        self._on_death = on_death
+        self._closing = False
+        self._env = env
+        self._python = python
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._exits: OrderedDict[str, int] = OrderedDict()
+        self._failures: dict[str, str] = {}
+        self._hello: dict[str, Any] | None = None
+        self._dead = False
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ctl: socket.socket | None = None
+        self._stderr: IO[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self.generation = 0
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._release_previous()
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+        # Kept open for the zygote's lifetime: its last words when it fails to start.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                [self._python, "-I", "-c", _BOOTSTRAP, json.dumps(paths), str(child.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self._stderr,
+                pass_fds=(child.fileno(),),
+                env=self._env,
+                close_fds=True,
+                # Its own session: a Ctrl-C in the host's terminal must not reach the workers.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            host.close()
+            raise BoundaryError(f"could not start the zygote ({self._python}): {exc}") from exc
+        finally:
+            child.close()
+        self._ctl = host
+        with self._cond:
+            self._hello = None
+            self._dead = False
+            self.generation += 1
+        P.send_frame(host, P.CONFIG, json.dumps(self._config).encode())
+        self._reader = threading.Thread(
+            target=self._read_loop, args=(host,), name="genpark-repl-zygote-reader", daemon=True
+        )
+        self._reader.start()
+
+    def hello(self, timeout: float) -> dict[str, Any]:
+        """The zygote's report of what it detected (waits for its start)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._hello is not None or self._dead, timeout):
+                raise BoundaryError(f"the zygote did not start within {timeout:g} s")
+            hello = self._hello
+        if hello is None or "error" in hello:
+            detail = hello.get("error") if hello else self._stderr_text()
+            raise BoundaryError(f"the subprocess boundary could not start: {detail}")
+        return hello
+
+    @property
+    def alive(self) -> bool:
+        with self._cond:
+            return not self._dead and self._proc is not None
+
+    def _release_previous(self) -> None:
+        """After the zygote died: reap it and close what pointed at it."""
+        proc, ctl, stderr, reader = self._proc, self._ctl, self._stderr, self._reader
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if ctl is not None:
+            ctl.close()
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(5)
+        if stderr is not None:
+            stderr.close()
+        self._proc = self._ctl = self._stderr = self._reader = None
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._closing = True
+        proc, ctl = self._proc, self._ctl
+        if proc is None or ctl is None:
+            return
+        with self._send_lock, contextlib.suppress(OSError):
+            P.send_frame(ctl, P.QUIT)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Its workers die with it (parent-death signal); its own children were already killed.
+            proc.kill()
+            proc.wait(timeout)
+        ctl.close()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout)
+        if self._stderr is not None:
+            self._stderr.close()
+        with self._cond:
+            self._dead = True
+            self._cond.notify_all()
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def spawn(self, token: str, request: dict[str, Any], fds: list[int]) -> None:
+        ctl = self._ctl
+        if ctl is None or not self.alive:
+            raise BoundaryError("the zygote is not running")
+        with self._send_lock:
+            try:
+                P.send_frame(ctl, P.SPAWN, json.dumps({"token": token, **request}).encode(), fds)
+            except OSError as exc:
+                raise BoundaryError(f"the zygote is not reachable: {exc}") from exc
+
+    def kill(self, token: str) -> None:
+        ctl = self._ctl
+        if ctl is None:
+            return
+        with self._send_lock, contextlib.suppress(OSError):
+            P.send_frame(ctl, P.KILL, json.dumps({"token": token}).encode())
+
+    def wait_exit(self, token: str, timeout: float) -> int | None:
+        """Exit code (negative: signal number) of the worker, once the zygote reaped it."""
+        with self._cond:
+            self._cond.wait_for(lambda: token in self._exits or self._dead, timeout)
+            return self._exits.pop(token, None)
+
+    def forget(self, token: str) -> None:
+        with self._cond:
+            self._exits.pop(token, None)
+            self._failures.pop(token, None)
+
+    def spawn_failure(self, token: str) -> str | None:
+        with self._cond:
+            return self._failures.pop(token, None)
+
+    # ---- reader ---------------------------------------------------------------------------------
+
+    def _read_loop(self, ctl: socket.socket) -> None:
+        frames = P.FrameBuffer()
+        while True:
+            try:
+                data = ctl.recv(_READ_CHUNK)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            frames.feed(data)
+            try:
+                while (frame := frames.next()) is not None:
+                    self._handle(*frame)
+            except (P.ProtocolError, ValueError):
+                break
+        with self._cond:
+            current = self._ctl is ctl
+            if current:
+                self._dead = True
+            self._cond.notify_all()
+        if current and not self._closing and self._on_death is not None:
+            self._on_death()
+
+    def _handle(self, kind: int, payload: bytes) -> None:
+        message = json.loads(payload) if payload else {}
+        with self._cond:
+            if kind == P.HELLO:
+                self._hello = message
+            elif kind == P.EXITED:
+                self._exits[message["token"]] = int(message["code"])
+                while len(self._exits) > _EXITS_KEPT:
+                    self._exits.popitem(last=False)
+            elif kind == P.SPAWN_FAILED:
+                self._failures[message["token"]] = str(message["error"])
+            self._cond.notify_all()
+
+    def _stderr_text(self) -> str:
+        if self._stderr is None:
+            return "no output"
+        try:
+            self._stderr.seek(0)
+            text = self._stderr.read()[-4000:].decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return "no output"
+        return text or "the zygote exited without output"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None

@@ -1,0 +1,591 @@
+"""What the OS offers a worker, detected once in the zygote, and how each worker applies it.
+
+`prepare()` runs once in the zygote (single-threaded, before any worker exists): it enters a network
+namespace shared by every worker, builds the seccomp program, finds the Landlock ABI and opens the
+paths Landlock will allow. `apply()` runs in each freshly forked worker, in an order that matters:
+
+    process group -> parent-death signal -> workspace -> rlimits -> no_new_privs -> drop root
+    -> drop capabilities -> Landlock -> RLIMIT_NOFILE -> seccomp (last: it refuses setrlimit/setpgid)
+
+Every step that `prepare()` reported as available must succeed in `apply()`, or the worker exits
+before it runs any code (fail closed): what `describe()` claims is what every worker has.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import os
+import resource
+import signal
+import socket
+import stat
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Prepared", "SandboxConfig", "SandboxError", "apply", "prepare"]
+
+LINUX = sys.platform.startswith("linux")
+
+# prctl options
+_PR_SET_PDEATHSIG = 1
+_PR_SET_SECCOMP = 22
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+_SECCOMP_MODE_FILTER = 2
+
+# clone/unshare flags
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWTIME = 0x00000080
+_CLONE_NEWCGROUP = 0x02000000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_NAMESPACE_FLAGS = (
+    _CLONE_NEWNS,
+    _CLONE_NEWTIME,
+    _CLONE_NEWCGROUP,
+    _CLONE_NEWUTS,
+    _CLONE_NEWIPC,
+    _CLONE_NEWUSER,
+    _CLONE_NEWPID,
+    _CLONE_NEWNET,
+)
+
+# Landlock: the syscall numbers are the same on every architecture (allocated after the unification).
+_NR_LANDLOCK_CREATE_RULESET = 444
+_NR_LANDLOCK_ADD_RULE = 445
+_NR_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_FS_EXECUTE = 1 << 0
+_FS_WRITE_FILE = 1 << 1
+_FS_READ_FILE = 1 << 2
+_FS_READ_DIR = 1 << 3
+_FS_REMOVE_DIR = 1 << 4
+_FS_REMOVE_FILE = 1 << 5
+_FS_MAKE_CHAR = 1 << 6
+_FS_MAKE_DIR = 1 << 7
+_FS_MAKE_REG = 1 << 8
+_FS_MAKE_SOCK = 1 << 9
+_FS_MAKE_FIFO = 1 << 10
+_FS_MAKE_BLOCK = 1 << 11
+_FS_MAKE_SYM = 1 << 12
+_FS_REFER = 1 << 13  # ABI 2
+_FS_TRUNCATE = 1 << 14  # ABI 3
+_NET_BIND_TCP = 1 << 0  # ABI 4
+_NET_CONNECT_TCP = 1 << 1
+_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+_SCOPE_SIGNAL = 1 << 1
+
+_FS_WRITE_V1 = (
+    _FS_WRITE_FILE
+    | _FS_REMOVE_DIR
+    | _FS_REMOVE_FILE
+    | _FS_MAKE_CHAR
+    | _FS_MAKE_DIR
+    | _FS_MAKE_REG
+    | _FS_MAKE_SOCK
+    | _FS_MAKE_FIFO
+    | _FS_MAKE_BLOCK
+    | _FS_MAKE_SYM
+)
+_FS_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
+
+# Syscalls a worker never needs and that would let it leave its process group (setsid, setpgid),
+# its namespaces (unshare, setns, clone with CLONE_NEW*), reach other processes (ptrace,
+# process_vm_*), or touch the kernel (modules, kexec, bpf, perf, keyrings, io_uring, mounts).
+_DENIED_SYSCALLS = (
+    "setsid",
+    "setpgid",
+    "unshare",
+    "setns",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsmount",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "open_by_handle_at",
+    "setrlimit",  # limits are set before the filter loads; code must not raise them again
+)
+
+# Read-only system paths a Python worker needs: interpreter and shared libraries, and from /etc and
+# /dev only named entries. A worker that keeps uid 0 (without capabilities) still reads root-owned
+# files as their owner, so /etc/shadow, private keys and raw block devices must stay outside.
+# /proc/self is added per worker: it resolves to the worker's own pid.
+_SYSTEM_READ_PATHS = (
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/bin",
+    "/sbin",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust/extracted",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/gai.conf",
+    "/etc/mime.types",
+    "/etc/os-release",
+    "/etc/locale.alias",
+    "/etc/fonts",
+    "/etc/matplotlibrc",
+    "/etc/alternatives",
+    "/etc/magic",
+    "/etc/magic.mime",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/sys/devices/system/cpu",
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/stat",
+)
+
+
+class SandboxError(Exception):
+    """A protection that was promised could not be applied; the worker must not run code."""
+
+
+@dataclass
+class SandboxConfig:
+    """What the host asks for (sent to the zygote as JSON)."""
+
+    uid: int | None = None
+    gid: int | None = None
+    network: bool = False
+    confine_reads: bool = True
+    read_paths: list[str] = field(default_factory=list)
+    memory_mb: int | None = None
+    cpu_s: float | None = None
+    max_open_files: int | None = None
+    max_file_size_mb: int | None = None
+    max_processes: int | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SandboxConfig:
+        return cls(**data)
+
+
+@dataclass
+class Prepared:
+    """What the zygote found and set up; inherited by every worker it forks."""
+
+    config: SandboxConfig
+    zygote_pid: int = 0
+    subreaper: bool = False
+    network_namespace: str | None = None
+    network_reason: str = ""
+    seccomp_bpf: bytes | None = None
+    seccomp_program: Any = None  # the loaded-ready sock_fprog, built once and shared copy-on-write
+    seccomp_reason: str = ""
+    seccomp_blocks_inet: bool = False
+    seccomp_blocks_unix: bool = False
+    landlock_abi: int = 0
+    landlock_reason: str = ""
+    read_fds: list[tuple[int, bool]] = field(default_factory=list)
+    devnull_fd: int = -1
+    drop_to: tuple[int, int] | None = None
+
+    def inherited_fds(self) -> list[int]:
+        fds = [fd for fd, _ in self.read_fds]
+        if self.devnull_fd >= 0:
+            fds.append(self.devnull_fd)
+        return fds
+
+
+# ---- libc -----------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _c() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+    libc.prctl.restype = ctypes.c_int
+    libc.syscall.restype = ctypes.c_long
+    libc.unshare.argtypes = (ctypes.c_int,)
+    libc.unshare.restype = ctypes.c_int
+    return libc
+
+
+def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> None:
+    if _c().prctl(option, arg2, arg3, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+
+def _errno_text() -> str:
+    return os.strerror(ctypes.get_errno())
+
+
+# ---- prepare (zygote, once) -----------------------------------------------------------------------
+
+
+def prepare(config: SandboxConfig) -> Prepared:
+    prepared = Prepared(config=config, zygote_pid=os.getpid())
+    if config.uid is not None:
+        if os.geteuid() != 0:
+            raise SandboxError(f"cannot run workers as uid {config.uid}: the host is not root")
+        prepared.drop_to = (config.uid, config.gid if config.gid is not None else config.uid)
+    if not LINUX:
+        prepared.network_reason = prepared.seccomp_reason = prepared.landlock_reason = "not Linux"
+        return prepared
+    try:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        prepared.subreaper = True
+    except OSError:
+        pass
+    if not config.network:
+        _enter_network_namespace(prepared)
+    _build_seccomp(
+        prepared,
+        block_inet=not config.network and prepared.network_namespace is None,
+        block_unix=not config.network,
+    )
+    _detect_landlock(prepared)
+    libc = _c()
+    for name in ("capset", "syscall", "prctl"):  # resolve once here, not in every worker
+        getattr(libc, name)
+    return prepared
+
+
+def _enter_network_namespace(prepared: Prepared) -> None:
+    # One namespace for the zygote, inherited by every worker: creating one per worker costs ~10 ms.
+    # Its only interface is a loopback that is down and that workers (without CAP_NET_ADMIN)
+    # cannot bring up, so no TCP/UDP goes anywhere, not even between workers.
+    libc = _c()
+    if os.geteuid() == 0:
+        if libc.unshare(_CLONE_NEWNET) == 0:
+            prepared.network_namespace = "network namespace"
+            return
+        prepared.network_reason = f"unshare(CLONE_NEWNET) failed: {_errno_text()}"
+        return
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+        prepared.network_reason = f"unprivileged user namespaces unavailable: {_errno_text()}"
+        return
+    try:  # map our own ids so files keep their owner; the capabilities this gives are dropped per worker
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"{uid} {uid} 1")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"{gid} {gid} 1")
+    except OSError as exc:
+        raise SandboxError(f"entered a user namespace but could not map ids: {exc}") from exc
+    prepared.network_namespace = "network namespace (in a user namespace)"
+
+
+def _build_seccomp(prepared: Prepared, *, block_inet: bool, block_unix: bool) -> None:
+    try:
+        import pyseccomp as sc  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        prepared.seccomp_reason = "pyseccomp is not installed (pip install 'genpark-repl-tools[sandbox]')"
+        return
+    except (OSError, RuntimeError) as exc:  # pyseccomp raises RuntimeError when libseccomp is missing
+        prepared.seccomp_reason = f"libseccomp unavailable: {exc}"
+        return
+    try:
+        flt = sc.SyscallFilter(sc.ALLOW)
+        eperm = sc.ERRNO(errno.EPERM)
+        for name in _DENIED_SYSCALLS:
+            if sc.resolve_syscall(sc.Arch.NATIVE, name) >= 0:  # negative: not on this architecture
+                flt.add_rule(eperm, name)
+        for flag in _NAMESPACE_FLAGS:
+            flt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+        # clone3 passes its flags in memory a filter cannot read; ENOSYS makes libc fall back to clone.
+        flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        # getrlimit is prlimit64(pid, res, NULL, &old): refuse only calls that set a limit.
+        flt.add_rule(eperm, "prlimit64", sc.Arg(2, sc.NE, 0))
+        if block_inet:
+            for family in (socket.AF_INET, socket.AF_INET6):
+                flt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.EQ, family))
+        if block_unix:
+            # Pathname Unix sockets are outside any network namespace, and Landlock does not cover
+            # connect(): without this a worker could reach host daemons (a uid-0 worker even
+            # root-only ones such as /run/docker.sock). socketpair(), which asyncio and
+            # multiprocessing use, is another syscall and stays allowed.
+            flt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.EQ, socket.AF_UNIX))
+        r, w = os.pipe()
+        try:
+
+            class _Pipe:
+                def fileno(self) -> int:
+                    return w
+
+            flt.export_bpf(_Pipe())
+            os.close(w)
+            w = -1
+            chunks = []
+            while chunk := os.read(r, 65536):
+                chunks.append(chunk)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+        prepared.seccomp_bpf = b"".join(chunks)
+        prepared.seccomp_program = _seccomp_program(prepared.seccomp_bpf)
+        prepared.seccomp_blocks_inet = block_inet
+        prepared.seccomp_blocks_unix = block_unix
+    except OSError as exc:
+        prepared.seccomp_reason = f"building the seccomp filter failed: {exc}"
+
+
+def _detect_landlock(prepared: Prepared) -> None:
+    abi = _c().syscall(
+        _NR_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), _LANDLOCK_CREATE_RULESET_VERSION
+    )
+    if abi <= 0:
+        prepared.landlock_reason = f"Landlock unavailable: {_errno_text()}"
+        return
+    prepared.landlock_abi = int(abi)
+    config = prepared.config
+    if config.confine_reads:
+        paths = [*_SYSTEM_READ_PATHS, *_python_paths(), *config.read_paths]
+        seen: set[str] = set()
+        for path in paths:
+            if path in seen:
+                continue
+            seen.add(path)
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # missing paths are fine: /lib32 exists on few systems
+            prepared.read_fds.append((fd, stat.S_ISDIR(os.fstat(fd).st_mode)))
+    prepared.devnull_fd = os.open(os.devnull, os.O_PATH | os.O_CLOEXEC)
+
+
+def _python_paths() -> list[str]:
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.update(p for p in sys.path if p and os.path.exists(p))
+    exe = os.path.realpath(sys.executable)
+    paths.add(os.path.dirname(exe))
+    # An editable install is found by an import hook, not through sys.path: add the package itself
+    # so modules it imports lazily can still be read.
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths.add(package)
+    return sorted(paths)
+
+
+# ---- apply (each worker, right after fork) --------------------------------------------------------
+
+
+def apply(prepared: Prepared, workspace: str) -> None:
+    """Sandbox the calling (freshly forked, single-threaded) process. Raises SandboxError."""
+    config = prepared.config
+    step = "process group"
+    try:
+        os.setpgid(0, 0)
+        if LINUX:
+            step = "parent-death signal"
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != prepared.zygote_pid:  # the zygote died before the line above
+                raise SandboxError("the zygote exited while the worker started")
+        step = "workspace"
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.chdir(workspace)
+        if prepared.drop_to is not None:
+            os.chown(workspace, *prepared.drop_to)
+        step = "resource limits"
+        _set_limits(config, prepared)
+        if LINUX:
+            step = "no_new_privs"
+            _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+        if prepared.drop_to is not None:
+            step = "dropping root"
+            uid, gid = prepared.drop_to
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+                raise SandboxError("setresuid/setresgid did not take effect")
+        if LINUX:
+            step = "capabilities"
+            _drop_capabilities()
+        if prepared.landlock_abi:
+            step = "Landlock"
+            _landlock(prepared, workspace)
+        step = "open-file limit"
+        if config.max_open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (config.max_open_files, config.max_open_files))
+        if prepared.seccomp_program is not None:
+            step = "seccomp"
+            _load_seccomp(prepared.seccomp_program)
+    except SandboxError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise SandboxError(f"{step}: {exc}") from exc
+
+
+def _set_limits(config: SandboxConfig, prepared: Prepared) -> None:
+    mib = 1024 * 1024
+    if config.memory_mb is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (config.memory_mb * mib, config.memory_mb * mib))
+    if config.cpu_s is not None:
+        # SIGXCPU at the soft limit; the hard limit (one second later) is SIGKILL should it be caught.
+        soft = max(1, int(config.cpu_s + 0.999))
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+    if config.max_file_size_mb is not None:
+        # Ignored SIGXFSZ turns "killed" into an OSError (EFBIG) the code can see and report.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        size = config.max_file_size_mb * mib
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    if config.max_processes is not None and prepared.drop_to is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (config.max_processes, config.max_processes))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _drop_capabilities() -> None:
+    # Root that dropped to another uid has none left; a worker in a user namespace (non-root host)
+    # still holds that namespace's full set, which this clears.
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    if _c().capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), f"capset: {_errno_text()}")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_rights(prepared: Prepared) -> tuple[int, int, int]:
+    """(handled fs, handled net, scoped) for this ABI and configuration."""
+    abi = prepared.landlock_abi
+    write = _FS_WRITE_V1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
+    fs = write | (_FS_READ if prepared.config.confine_reads else 0)
+    net = 0
+    if abi >= 4 and not prepared.config.network and prepared.network_namespace is None:
+        net = _NET_BIND_TCP | _NET_CONNECT_TCP
+    scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0
+    return fs, net, scoped
+
+
+def _landlock(prepared: Prepared, workspace: str) -> None:
+    libc = _c()
+    abi = prepared.landlock_abi
+    fs, net, scoped = landlock_rights(prepared)
+    attr = _RulesetAttr(fs, net, scoped)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    ruleset = libc.syscall(_NR_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), f"landlock_create_ruleset: {_errno_text()}")
+    opened: list[int] = []
+    try:
+
+        def allow(fd: int, rights: int) -> None:
+            rule = _PathBeneathAttr(rights & fs, fd)
+            if libc.syscall(
+                _NR_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0
+            ):
+                raise OSError(ctypes.get_errno(), f"landlock_add_rule: {_errno_text()}")
+
+        file_rights = _FS_EXECUTE | _FS_READ_FILE
+        for fd, is_dir in prepared.read_fds:
+            allow(fd, _FS_READ if is_dir else file_rights)
+        if prepared.config.confine_reads:
+            try:
+                self_fd = os.open(f"/proc/{os.getpid()}", os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                pass
+            else:
+                opened.append(self_fd)
+                allow(self_fd, _FS_READ)
+        allow(prepared.devnull_fd, _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE)
+        ws_fd = os.open(workspace, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
+        opened.append(ws_fd)
+        allow(ws_fd, fs)
+        if libc.syscall(_NR_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_restrict_self: {_errno_text()}")
+    finally:
+        os.close(ruleset)
+        for fd in opened:
+            os.close(fd)
+    for fd in prepared.inherited_fds():  # the rules hold their own references now
+        os.close(fd)
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _seccomp_program(bpf: bytes) -> tuple[_SockFprog, Any]:
+    count = len(bpf) // ctypes.sizeof(_SockFilter)
+    program = (_SockFilter * count).from_buffer_copy(bpf)
+    return _SockFprog(count, ctypes.cast(program, ctypes.POINTER(_SockFilter))), program
+
+
+def _load_seccomp(program: tuple[_SockFprog, Any]) -> None:
+    fprog = program[0]  # program[1] keeps the filter array alive
+    if _c().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"seccomp: {_errno_text()}")

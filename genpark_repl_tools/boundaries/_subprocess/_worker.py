@@ -1,0 +1,290 @@
+"""The worker's main loop: one session, the same runner as in-process, driven over a socket.
+
+Security model: by the time `serve()` runs, `_sandbox.apply` has confined this process (see
+docs/subprocess.md); inside it the policy's own layers run exactly as in-process. This loop trusts
+nothing it receives beyond the frame format, and the host trusts nothing it sends back beyond
+the result schema.
+
+Output: the runner captures `print()` per execution into a `Capture`. Here that capture writes
+through to file descriptors 1 and 2, which are pipes the host reads while the code runs, so
+`print()`, `os.write(1, ...)`, C extensions and child processes land in one ordered stream, output
+written before a crash survives it, and the host bounds it (head + tail) however much arrives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import io
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from ... import _runner
+from ..._compile import compile_cell
+from ..._introspect import describe
+from ..._limits import Limits
+from ..._models import ErrorInfo, ExecutionResult, VariableInfo
+from ..._runner import Session, call_guarded, run_cell
+from ..._watchdog import ExecutionTimeout
+from ...policy import PolicyRuntime
+from . import _protocol as P
+
+__all__ = ["serve"]
+
+_FLUSH_AT = 8192
+# The first lines of each call are written one by one, so the output before a crash survives it.
+# A call that keeps printing is batched (8 KiB or 10 ms) instead: a print loop then costs a few
+# hundred writes, not one per line, and a crash loses at most its last 10 ms of output.
+_EAGER_LINES = 200
+_BATCH_S = 0.01
+# The whole variables() listing shares one budget, so many slow reprs cannot stall the host.
+_DESCRIBE_BUDGET_S = 5.0
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class _FdText:
+    """Stands in for the runner's bounded text buffer: writes through to a file descriptor."""
+
+    __slots__ = ("_buf", "_fd", "_flushed_at", "_lines")
+
+    truncated = False  # the host bounds the stream and reports truncation
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buf = bytearray()
+        self._lines = 0
+        self._flushed_at = 0.0
+
+    def start_call(self) -> None:
+        self._lines = 0
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8", "backslashreplace")
+        self._buf += data
+        if len(self._buf) >= _FLUSH_AT:
+            self.flush()
+        elif b"\n" in data:
+            self._lines += 1
+            if self._lines <= _EAGER_LINES or time.monotonic() - self._flushed_at >= _BATCH_S:
+                self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            # Dropped first: if the code closed the descriptor, the error is the code's, once.
+            buf, self._buf = self._buf, bytearray()
+            self._flushed_at = time.monotonic()
+            _write_all(self._fd, buf)
+
+    def getvalue(self) -> str:
+        self.flush()
+        return ""
+
+
+_STDOUT = _FdText(1)
+_STDERR = _FdText(2)
+
+
+class _FdCapture:
+    """The runner's `Capture`, writing through to fds 1 and 2 instead of keeping text in memory."""
+
+    __slots__ = ("stderr", "stdout")
+
+    def __init__(self, limit: int) -> None:
+        self.stdout = _STDOUT
+        self.stderr = _STDERR
+
+
+@functools.cache
+def _c_fflush() -> Any:
+    try:
+        return ctypes.CDLL(None).fflush
+    except (OSError, AttributeError):
+        return None
+
+
+def _flush_all() -> None:
+    """Everything written so far reaches the pipes before the reply does (the host relies on it)."""
+    for stream in (_STDOUT, _STDERR, sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # the code closed or replaced the stream; not ours to fix
+            pass
+    fflush = _c_fflush()
+    if fflush is not None:
+        fflush(None)  # C stdio buffers (printf from extensions)
+
+
+def _line_buffer_c_stdio() -> None:
+    # C stdio fully buffers a pipe; line buffering (as on a terminal) keeps printf output in order
+    # with everything else. glibc only: elsewhere the end-of-call fflush still delivers it.
+    try:
+        libc = ctypes.CDLL(None)
+        for name in ("stdout", "stderr"):
+            stream = ctypes.c_void_p.in_dll(libc, name)
+            libc.setvbuf(stream, None, 1, 0)  # _IOLBF
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _install_streams() -> None:
+    # Writes outside an execution (threads the code started) go to the same pipes, unbuffered.
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = io.TextIOWrapper(
+            io.FileIO(fd, "w", closefd=False),
+            encoding="utf-8",
+            errors="backslashreplace",
+            line_buffering=True,
+            write_through=True,
+        )
+        setattr(sys, name, stream)
+    _line_buffer_c_stdio()
+    # The runner builds its Capture by name at call time; in this process that capture must write
+    # through to the fds (see the module docstring). The worker owns its whole process.
+    setattr(_runner, "Capture", _FdCapture)  # noqa: B010
+
+
+class _Worker:
+    """Serves one session's requests in a sandboxed worker process.
+
+    Security model: the OS sandbox applied before it starts plus the policy's layers inside
+    `run_cell`, as in-process; replies are data the host validates, never trusted.
+    """
+
+    def __init__(
+        self, sock: socket.socket, session: Session, runtime: PolicyRuntime, limits: Limits, boundary: str
+    ) -> None:
+        self.sock = sock
+        self.session = session
+        self.runtime = runtime
+        self.limits = limits
+        self.boundary = boundary
+        self._limits_by_timeout: dict[float, Limits] = {limits.timeout_s: limits}
+
+    def loop(self) -> None:
+        P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
+        frames = P.FrameBuffer()
+        while True:
+            frame = frames.next()
+            if frame is None:
+                data = self.sock.recv(1 << 16)  # one syscall per request, however it is framed
+                if not data:
+                    return
+                frames.feed(data)
+                continue
+            kind, payload = frame
+            if kind == P.EXEC:
+                reply_kind, reply = P.RESULT, self._exec(payload)
+            else:
+                try:
+                    reply_kind, reply = self._query(kind, payload)
+                except Exception as exc:  # an infrastructure failure here; tell the host what broke
+                    reply_kind, reply = P.FAILED, f"{type(exc).__name__}: {exc}".encode()
+            _flush_all()
+            P.send_frame(self.sock, reply_kind, reply)
+
+    def _exec(self, payload: bytes) -> bytes:
+        request = json.loads(payload)
+        started = time.perf_counter()
+        try:
+            limits = self._limits_for(float(request["timeout_s"]))
+            cell = compile_cell(request["code"], self.runtime)
+            _STDOUT.start_call()
+            _STDERR.start_call()
+            with self.session.lock:
+                result = run_cell(self.session, cell, self.runtime, limits, self.boundary)
+            return result.model_dump_json().encode()
+        except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
+            fallback = ExecutionResult(
+                status="error",
+                session=self.session.name,
+                execution_count=self.session.execution_count,
+                policy=self.runtime.name,
+                boundary=self.boundary,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                error=ErrorInfo(
+                    type=type(exc).__name__,
+                    message=f"the worker could not report this run: {exc}"[:2000],
+                    hint="The session is still alive; retry with smaller values or output.",
+                ),
+            )
+            return fallback.model_dump_json().encode()
+
+    def _limits_for(self, timeout_s: float) -> Limits:
+        limits = self._limits_by_timeout.get(timeout_s)
+        if limits is None:
+            if len(self._limits_by_timeout) > 64:
+                self._limits_by_timeout.clear()
+            limits = self.limits.model_copy(update={"timeout_s": timeout_s})
+            self._limits_by_timeout[timeout_s] = limits
+        return limits
+
+    def _query(self, kind: int, payload: bytes) -> tuple[int, bytes]:
+        session = self.session
+        request = json.loads(payload) if payload else {}
+        with session.lock:
+            if kind == P.VARIABLES:
+                deadline = time.monotonic() + min(self.limits.timeout_s, _DESCRIBE_BUDGET_S)
+                infos = [
+                    self._describe(name, deadline) for name in session.user_names(bool(request.get("hidden")))
+                ]
+                return P.VARIABLE_LIST, b"[" + b",".join(i.model_dump_json().encode() for i in infos) + b"]"
+            if kind == P.INSPECT:
+                name = request["name"]
+                if name not in session.namespace or name == "__builtins__":
+                    return P.NOT_FOUND, f"name {name!r} is not defined in session {session.name!r}".encode()
+                deadline = time.monotonic() + min(self.limits.timeout_s, _DESCRIBE_BUDGET_S)
+                return P.VARIABLE, self._describe(name, deadline).model_dump_json().encode()
+            if kind == P.RESET:
+                fresh = Session(session.name, self.runtime)
+                session.namespace.clear()
+                session.namespace.update(fresh.namespace)
+                session.execution_count = 0
+                session.sources.clear()
+                session.global_names = frozenset()
+                session.dynamic = False
+                session.restarted = False
+                return P.ACK, b""
+        raise P.ProtocolError(f"unknown request kind {kind!r}")
+
+    def _describe(self, name: str, deadline: float) -> VariableInfo:
+        value = self.session.namespace[name]
+        remaining = deadline - time.monotonic()
+        if remaining > 0:
+            try:
+                info: VariableInfo = call_guarded(
+                    self.session, self.runtime, remaining, describe, name, value, self.limits.max_repr_chars
+                )
+            except ExecutionTimeout:
+                pass
+            else:
+                return info
+        return VariableInfo(
+            name=name, type=type(value).__name__, repr="<repr timed out>", repr_truncated=True
+        )
+
+
+def serve(
+    sock: socket.socket,
+    session_name: str,
+    runtime: PolicyRuntime,
+    limits: Limits,
+    boundary: str,
+    *,
+    restarted: bool,
+) -> None:
+    """Run the session until the host closes the socket. Called in a sandboxed, forked worker."""
+    _install_streams()
+    session = Session(session_name, runtime)
+    session.restarted = restarted
+    _Worker(sock, session, runtime, limits, boundary).loop()

@@ -1,0 +1,444 @@
+"""The zygote: a single-threaded fork template that forks one sandboxed worker per session.
+
+Security model: the zygote runs the host's code only (never the agent's), with a minimal
+environment and no network (it enters the workers' network namespace itself). It imports the
+runner once, prepares the sandbox once, then forks: a worker starts in ~5 ms with everything
+already imported, sharing the zygote's memory copy-on-write.
+
+It stays single-threaded (forking a process with threads can deadlock the child on a lock another
+thread held), checks that after `preload`, and never runs a cell itself. It is the parent and reaper
+of every worker (and, as a child subreaper, of every orphaned grandchild): when a worker exits it
+kills the worker's whole process group before reaping it, and tells the host how it ended. When
+the host goes away (its socket closes, or this process is re-parented) it kills everything and exits.
+
+    python -I -c "...; main(ctl_fd)"   started by _host.ZygoteClient; talks on the inherited socket
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections import deque
+from typing import Any, NoReturn
+
+from ..._limits import Limits
+from ...policy import Policy, PolicyRuntime, runtime_for
+from . import _protocol as P
+from . import _sandbox
+from ._sandbox import Prepared, SandboxConfig, SandboxError
+from ._worker import serve
+
+__all__ = ["main"]
+
+_MAX_FDS_PER_MESSAGE = 16
+_PARENT_CHECK_S = 1.0
+_SHUTDOWN_WAIT_S = 5.0
+_EXIT_SETUP_FAILED = 70
+
+
+class _Zygote:
+    """The fork template's state and loop.
+
+    Security model: runs only the host's code, single-threaded, in the workers' network namespace;
+    every worker it forks is sandboxed (`_sandbox.apply`) before it reads a request, and it kills
+    the process group of each worker that exits and of every worker when the host goes away.
+    """
+
+    def __init__(self, ctl: socket.socket) -> None:
+        self.ctl = ctl
+        self.parent = os.getppid()
+        self.frames = P.FrameBuffer()
+        self.fds: deque[int] = deque()
+        self.by_token: dict[str, int] = {}
+        self.by_pid: dict[int, str] = {}
+        self.prepared: Prepared | None = None
+        self.policy: Policy | None = None
+        self.runtime: PolicyRuntime | None = None
+        self.limits: Limits | None = None
+        self.boundary = "subprocess"
+        self.wake_r, self.wake_w = os.pipe()
+        self.selector = selectors.DefaultSelector()
+
+    # ---- start ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        kind, payload = P.recv_frame(self.ctl)
+        if kind != P.CONFIG:
+            raise P.ProtocolError("expected the configuration frame first")
+        config = json.loads(payload)
+        hello: dict[str, Any] = {
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "platform": sys.platform,
+        }
+        try:
+            self.limits = Limits.model_validate(config["limits"])
+            self.policy = Policy.model_validate(config["policy"])
+            self.runtime = runtime_for(self.policy)
+            for module in config["preload"]:
+                importlib.import_module(module)
+            threads = _thread_count()
+            if threads > 1:
+                raise SandboxError(
+                    f"after preloading {config['preload']} the zygote has {threads} threads; a process "
+                    "with threads cannot be forked safely (set OMP_NUM_THREADS=1 or preload less)"
+                )
+            self.prepared = _sandbox.prepare(SandboxConfig.from_json(config["sandbox"]))
+            hello["probe"] = self._probe(config["workspace_root"])
+        except Exception as exc:
+            hello["error"] = f"{type(exc).__name__}: {exc}"
+            P.send_frame(self.ctl, P.HELLO, json.dumps(hello).encode())
+            raise
+        hello.update(_describe_prepared(self.prepared))
+        hello["vm_size_kb"] = _vm_size_kb()
+        # Objects that exist now are shared with every worker; keep the collector off their pages.
+        gc.freeze()
+        P.send_frame(self.ctl, P.HELLO, json.dumps(hello).encode())
+
+    def _probe(self, workspace_root: str) -> dict[str, Any]:
+        """Fork one sandboxed child and check from inside that each protection actually holds."""
+        assert self.prepared is not None
+        workspace = os.path.join(workspace_root, f".probe-{os.getpid()}")
+        os.makedirs(workspace, mode=0o700, exist_ok=True)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the forked child
+            os.close(r)
+            code = 0
+            try:
+                _sandbox.apply(self.prepared, workspace)
+                checks = _probe_checks(workspace_root, self.parent)
+            except BaseException as exc:
+                checks = {"error": f"{type(exc).__name__}: {exc}"}
+                code = _EXIT_SETUP_FAILED
+            try:
+                _write_all(w, json.dumps(checks).encode())
+            finally:
+                os._exit(code)
+        os.close(w)
+        chunks = []
+        while chunk := os.read(r, 65536):
+            chunks.append(chunk)
+        os.close(r)
+        os.waitpid(pid, 0)
+        shutil.rmtree(workspace, ignore_errors=True)
+        report: dict[str, Any] = json.loads(b"".join(chunks) or b'{"error": "the probe died"}')
+        if "error" in report:
+            raise SandboxError(f"the sandbox could not be applied: {report['error']}")
+        return report
+
+    # ---- loop -----------------------------------------------------------------------------------
+
+    def serve(self) -> NoReturn:
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        # A Python-level handler is needed for the wakeup fd to be written; the work happens in the loop.
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.signal(signal.SIGTERM, lambda signum, frame: self.shutdown())
+        self.selector.register(self.ctl, selectors.EVENT_READ, "ctl")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+        while True:
+            for key, _ in self.selector.select(_PARENT_CHECK_S):
+                if key.data == "ctl":
+                    self._read_ctl()
+                else:
+                    os.read(self.wake_r, 4096)
+                    self._reap()
+            if os.getppid() != self.parent:  # the host died; its socket may still be held by a fork
+                self.shutdown()
+
+    def _read_ctl(self) -> None:
+        try:
+            data, ancdata, _, _ = self.ctl.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS_PER_MESSAGE * 4))
+        except ConnectionError:
+            data, ancdata = b"", []
+        for level, kind, cdata in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(cdata) - len(cdata) % 4
+                self.fds.extend(int.from_bytes(cdata[i : i + 4], sys.byteorder) for i in range(0, usable, 4))
+        if not data:
+            self.shutdown()
+        self.frames.feed(data)
+        while (frame := self.frames.next()) is not None:
+            kind, payload = frame
+            if kind == P.SPAWN:
+                self._spawn(json.loads(payload))
+            elif kind == P.KILL:
+                self._kill(json.loads(payload)["token"])
+            elif kind == P.QUIT:
+                self.shutdown()
+
+    def _spawn(self, request: dict[str, Any]) -> None:
+        token = request["token"]
+        if len(self.fds) < 3:
+            self._send(P.SPAWN_FAILED, {"token": token, "error": "the spawn request carried no descriptors"})
+            return
+        fds = [self.fds.popleft() for _ in range(3)]
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            self._send(P.SPAWN_FAILED, {"token": token, "error": f"fork failed: {exc}"})
+            return
+        if pid == 0:  # pragma: no cover - runs in the forked child
+            self._become_worker(request, *fds)
+        for fd in fds:
+            os.close(fd)
+        # Also done by the child: whichever runs first, the group exists before anyone kills it.
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        self.by_token[token] = pid
+        self.by_pid[pid] = token
+
+    def _become_worker(self, request: dict[str, Any], sock_fd: int, out_fd: int, err_fd: int) -> NoReturn:
+        code = 0
+        try:
+            signal.set_wakeup_fd(-1)
+            for signum in (signal.SIGCHLD, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_DFL)
+            self.selector.close()
+            self.ctl.close()
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(err_fd, 2)
+            assert self.prepared is not None
+            assert self.runtime is not None
+            assert self.limits is not None
+            keep = {0, 1, 2, sock_fd, *self.prepared.inherited_fds()}
+            _close_all_but(keep)
+            workspace = request["workspace"]
+            os.environ.update({"HOME": workspace, "TMPDIR": workspace, "PWD": workspace})
+            if "tempfile" in sys.modules:  # it caches the directory it found first; find it again
+                import tempfile
+
+                tempfile.tempdir = None
+            runtime = self.runtime
+            if self.policy is not None and self.policy.restricted:
+                # The policy's own file rules and Landlock must name the same directory: this one.
+                runtime = runtime_for(self.policy.with_workspace(workspace))
+            _sandbox.apply(self.prepared, workspace)
+            os.set_inheritable(sock_fd, False)
+            sock = socket.socket(fileno=sock_fd)
+            serve(
+                sock,
+                request["session"],
+                runtime,
+                self.limits,
+                self.boundary,
+                restarted=request["restarted"],
+            )
+        except SandboxError as exc:
+            _write_all(2, f"worker sandbox setup failed: {exc}\n".encode())
+            code = _EXIT_SETUP_FAILED
+        except BaseException:
+            try:
+                _write_all(2, traceback.format_exc().encode())
+            finally:
+                code = _EXIT_SETUP_FAILED
+        os._exit(code)
+
+    def _kill(self, token: str) -> None:
+        pid = self.by_token.get(token)
+        if pid is not None:
+            _kill_group(pid)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            pid = info.si_pid
+            token = self.by_pid.pop(pid, None)
+            if token is not None:
+                # The exited leader is still a zombie, so its group id cannot have been reused:
+                # whatever it started (and did not escape) dies with it.
+                _kill_group(pid)
+            _, status = os.waitpid(pid, 0)
+            if token is not None:
+                del self.by_token[token]
+                code = os.waitstatus_to_exitcode(status)
+                self._send(P.EXITED, {"token": token, "code": code})
+
+    def _send(self, kind: int, obj: Any) -> None:
+        try:
+            P.send_frame(self.ctl, kind, json.dumps(obj).encode())
+        except OSError:
+            self.shutdown()
+
+    def shutdown(self) -> NoReturn:
+        for pid in list(self.by_pid):
+            _kill_group(pid)
+        deadline = time.monotonic() + _SHUTDOWN_WAIT_S
+        while time.monotonic() < deadline:
+            for pid in _children():  # orphans re-parented to us (we are a subreaper), escaped or not
+                _kill_group(pid)
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                time.sleep(0.005)
+        os._exit(0)
+
+
+# ---- helpers ----------------------------------------------------------------------------------------
+
+
+def _kill_group(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(OSError):
+            kill(pid, signal.SIGKILL)
+
+
+def _children() -> list[int]:
+    pids: list[int] = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.extend(int(p) for p in f.read().split())
+    except OSError:
+        pass
+    return pids
+
+
+def _close_all_but(keep: set[int]) -> None:
+    start = 0
+    for fd in sorted(keep):
+        if fd > start:
+            os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, 1 << 16)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _thread_count() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import threading
+
+    return threading.active_count()
+
+
+def _vm_size_kb() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _describe_prepared(prepared: Prepared | None) -> dict[str, Any]:
+    assert prepared is not None
+    _fs, net, scoped = _sandbox.landlock_rights(prepared) if prepared.landlock_abi else (0, 0, 0)
+    return {
+        "uid": prepared.drop_to[0] if prepared.drop_to else os.geteuid(),
+        "dropped_root": prepared.drop_to is not None,
+        "subreaper": prepared.subreaper,
+        "pdeathsig": _sandbox.LINUX,
+        "network_namespace": prepared.network_namespace,
+        "network_reason": prepared.network_reason,
+        "seccomp": prepared.seccomp_bpf is not None,
+        "seccomp_reason": prepared.seccomp_reason,
+        "seccomp_blocks_inet": prepared.seccomp_blocks_inet,
+        "seccomp_blocks_unix": prepared.seccomp_blocks_unix,
+        "landlock_abi": prepared.landlock_abi,
+        "landlock_reason": prepared.landlock_reason,
+        "landlock_net": bool(net),
+        "landlock_scoped": bool(scoped),
+        "confine_reads": prepared.config.confine_reads and bool(prepared.landlock_abi),
+    }
+
+
+def _probe_checks(workspace_root: str, host_pid: int) -> dict[str, Any]:
+    """Run inside the sandboxed probe child: what actually holds, checked by trying."""
+    outside = os.path.join(workspace_root, f".probe-outside-{os.getpid()}")
+    return {
+        "uid": os.getuid(),
+        "write_inside": not _refused(lambda: _create(os.path.join(os.getcwd(), "inside.txt"))),
+        "write_outside_denied": _refused(lambda: _create(outside)),
+        "read_outside_denied": _refused(lambda: os.listdir("/")),
+        "setsid_denied": _refused(os.setsid),
+        "signal_host_denied": _signal_refused(host_pid),
+        "unix_socket_blocked": _refused(lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()),
+        "network_blocked": _network_blocked(),
+    }
+
+
+def _refused(action: Any) -> bool:
+    try:
+        action()
+    except OSError:
+        return True
+    return False
+
+
+def _create(path: str) -> None:
+    with open(path, "x") as f:
+        f.write("probe")
+    os.unlink(path)
+
+
+def _signal_refused(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except OSError:
+        return False  # no such process: nothing was proven
+    return False
+
+
+def _network_blocked() -> bool:
+    import errno
+
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    except OSError:
+        return True
+    with s:
+        s.settimeout(2)
+        try:
+            s.connect(("127.0.0.1", 9))
+        except OSError as exc:
+            # Refused means packets flow (someone could listen); unreachable or denied means none do.
+            return exc.errno in (errno.ENETUNREACH, errno.EACCES, errno.EPERM)
+    return False
+
+
+def main(ctl_fd: int) -> None:
+    ctl = socket.socket(fileno=ctl_fd)
+    zygote = _Zygote(ctl)
+    try:
+        zygote.start()
+    except Exception:
+        traceback.print_exc()
+        os._exit(_EXIT_SETUP_FAILED)
+    zygote.serve()
