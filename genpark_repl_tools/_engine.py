@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import ast
+import asyncio
 from types import TracebackType
 from typing import Any
 
 from ._boundary import BaseBoundary, ExecutionRequest
-from ._exceptions import EngineClosed
+from ._exceptions import EngineClosed, SessionNotFound
 from ._limits import Limits
 from ._models import AuditReport, ErrorInfo, ExecutionResult, VariableInfo
 from .policy import Policy, runtime_for
@@ -32,7 +32,7 @@ class ReplEngine:
 
     def __init__(
         self,
-        policy: str | Policy = "trusted",
+        policy: str | Policy = "standard",
         boundary: str | BaseBoundary = "inprocess",
         limits: Limits | None = None,
         **boundary_options: Any,
@@ -107,9 +107,13 @@ class ReplEngine:
     # ---- sessions -------------------------------------------------------------------------------
 
     def variables(self, session: str = "default", *, include_hidden: bool = False) -> list[VariableInfo]:
+        """The session's variables; a session that has not run anything yet has none."""
         self._check_open()
         _check_session(session)
-        return self._boundary.variables(session, include_hidden=include_hidden)
+        try:
+            return self._boundary.variables(session, include_hidden=include_hidden)
+        except SessionNotFound:
+            return []
 
     def inspect(self, name: str, session: str = "default") -> VariableInfo:
         self._check_open()

@@ -134,7 +134,9 @@ def render_variables(infos: list[VariableInfo], max_chars: int | None = None) ->
     used = len(lines[0])
     for shown, info in enumerate(infos):
         line = f"{info.name}: {variable_label(info)}"
-        if info.kind == "value":
+        if info.kind in ("function", "class"):
+            line = f"{info.name}: {info.repr}"  # 'def area(r)' says more than 'function'
+        elif info.kind == "value":
             first = info.repr.split("\n", 1)[0][:_LISTED_REPR_CHARS]
             line += f" = {first}" + ("" if first == info.repr else "...")
         if used + len(line) + 1 > budget - _MORE_LINE_ROOM:

@@ -90,9 +90,11 @@ def test_session_cap() -> None:
         assert engine.run("1", session="c").status == "ok"
 
 
-def test_variables_of_unknown_session() -> None:
-    with ReplEngine() as engine, pytest.raises(SessionNotFound, match="no session 'ghost'"):
-        engine.variables("ghost")
+def test_unknown_session_has_no_variables_but_cannot_be_inspected() -> None:
+    with ReplEngine() as engine:
+        assert engine.variables("ghost") == []
+        with pytest.raises(SessionNotFound, match="no session 'ghost'"):
+            engine.inspect("x", session="ghost")
 
 
 def test_context_manager_closes() -> None:

@@ -272,7 +272,7 @@ def test_toolkit_tools_share_one_engine_and_session_mapping(engine: ReplEngine) 
     assert repl.engine is variables.engine is engine
     as_call(repl, thread("t"), code="rows = [1, 2, 3]\ndef f(x):\n    return x")
     listing = as_call(variables, thread("t"))
-    assert listing.content == "Variables (2):\nrows: list, len 3 = [1, 2, 3]\nf: function"
+    assert listing.content == "Variables (2):\nrows: list, len 3 = [1, 2, 3]\nf: def f(x)"
     assert [v["name"] for v in listing.artifact["variables"]] == ["rows", "f"]
     assert as_call(variables, thread("other")).content == "No variables defined yet."
 
@@ -323,7 +323,7 @@ def test_a_long_listing_stays_within_the_observation_budget(engine: ReplEngine) 
 def test_a_listing_keeps_one_line_per_variable(engine: ReplEngine) -> None:
     engine.run("class Table:\n    def __repr__(self):\n        return 'a b\\n1 2'\nt = Table()", session="t")
     message = as_call(GenparkVariablesTool(engine=engine), thread("t"))
-    assert message.content.splitlines()[1:] == ["Table: class", "t: Table = a b..."]
+    assert message.content.splitlines()[1:] == ["Table: class Table()", "t: Table = a b..."]
 
 
 def test_variables_tool_reports_engine_failures() -> None:

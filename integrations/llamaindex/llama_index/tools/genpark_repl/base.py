@@ -1,0 +1,284 @@
+"""GenparkReplToolSpec: genpark-repl-tools sessions as LlamaIndex tools, one namespace per conversation."""
+
+# No `from __future__ import annotations` in this module: LlamaIndex reads the tool methods' annotations at
+# run time (inspect.signature, no eval_str) to find the injected `Context` parameter and to build the
+# schema, so they must be the real objects, not strings.
+
+import asyncio
+import concurrent.futures
+import inspect
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from llama_index.core.base.llms.types import ContentBlock, ImageBlock, TextBlock
+from llama_index.core.tools import FunctionTool, ToolMetadata, ToolOutput
+from llama_index.core.tools.tool_spec.base import SPEC_FUNCTION_TYPE, BaseToolSpec
+from llama_index.core.workflow import Context
+
+from genpark_repl_tools import (
+    ExecutionResult,
+    ReplEngine,
+    SessionNotFound,
+    VariableNotFound,
+    render_variables,
+)
+
+__all__ = ["STORE_KEY", "GenparkReplToolSpec"]
+
+STORE_KEY = "genpark_repl_session"
+"""Key under which a conversation's session id lives in `ctx.store` (a plain string, so it serializes)."""
+
+_LISTED_NAMES = 30  # names suggested when inspect_variable misses
+
+_T = TypeVar("_T")
+
+
+class GenparkReplToolSpec(BaseToolSpec):
+    """Tools that let an agent run Python in a session that belongs to its conversation.
+
+    Security model: exactly that of the `ReplEngine` it is given (its boundary and policy); this adapter
+    adds no protection and removes none. The default in-process boundary guards the host against
+    accidents and casual misuse, not against a determined attacker: give untrusted agents
+    `ReplEngine(boundary="subprocess")`.
+
+    Sessions: `session="..."` pins every call to that engine session. Otherwise each conversation has
+    its own: the tools read the workflow `Context` that LlamaIndex injects and keep only a string
+    session id in `ctx.store` (under `STORE_KEY`), so a context saved with `ctx.to_dict()` and restored
+    with `Context.from_dict(...)` finds its session again for as long as the engine keeps it. Free a
+    finished conversation's session with `engine.close(await spec.session_id(ctx))`.
+
+        spec = GenparkReplToolSpec(engine=ReplEngine(policy="standard"))
+        agent = FunctionAgent(tools=spec.to_tool_list(), llm=llm)
+        ctx = Context(agent)
+        await agent.run("...", ctx=ctx)   # the same ctx keeps the same namespace
+
+    Each tool answers with a `ToolOutput`: the engine's observation text (plus an `ImageBlock` per
+    figure) for the model, and the telemetry as plain JSON in `raw_output`. Errors in the agent's code
+    are observations (`is_error=True`), never exceptions. Calls are thread-safe; the engine serializes
+    calls on one session and runs different sessions in parallel.
+    """
+
+    spec_functions: list[SPEC_FUNCTION_TYPE] = [
+        ("run_python", "arun_python"),
+        ("list_variables", "alist_variables"),
+        ("inspect_variable", "ainspect_variable"),
+    ]
+
+    def __init__(self, engine: ReplEngine | None = None, *, session: str | None = None) -> None:
+        self.engine = engine if engine is not None else ReplEngine()
+        self.session = session
+        # ctx.store's write lock is an asyncio.Lock; sync callers each run their own loop, so they take
+        # turns here instead of contending for it across loops.
+        self._sync_lock = threading.Lock()
+
+    # ---- tools: the signatures and docstrings below are the model's prompt -----------------------
+
+    def run_python(self, code: str, ctx: Context) -> ToolOutput:
+        """Run Python code in your persistent Python session and see what happened.
+
+        Variables, functions and imports stay defined between calls in this conversation: build on
+        earlier results instead of recomputing them. The reply shows printed output, the value of the
+        last line when it is an expression (as in a notebook), any error with the failing line, and
+        which variables changed. An error keeps earlier variables: fix the code and run it again.
+
+        Args:
+            code (str): Python source to run, e.g. "import math\\nr = 2\\nmath.pi * r ** 2".
+        """
+        return self._run_output(code, self.engine.run(code, self._session_sync(ctx)))
+
+    async def arun_python(self, code: str, ctx: Context) -> ToolOutput:
+        """Async twin of `run_python`."""
+        return self._run_output(code, await self.engine.arun(code, await self.session_id(ctx)))
+
+    def list_variables(self, ctx: Context) -> ToolOutput:
+        """List the variables, functions and classes defined in your Python session.
+
+        Each comes with its type, size and a one-line preview. Use it to recall what already exists
+        before writing code that depends on it.
+        """
+        return self._variables_output(self._session_sync(ctx))
+
+    async def alist_variables(self, ctx: Context) -> ToolOutput:
+        """Async twin of `list_variables`."""
+        session = await self.session_id(ctx)
+        return await asyncio.to_thread(self._variables_output, session)
+
+    def inspect_variable(self, name: str, ctx: Context) -> ToolOutput:
+        """Show one variable from your Python session in detail.
+
+        Gives its type, length or shape, dtype and a preview of its value; large values are shortened,
+        never printed in full.
+
+        Args:
+            name (str): The variable's name, e.g. "df".
+        """
+        return self._inspect_output(name, self._session_sync(ctx))
+
+    async def ainspect_variable(self, name: str, ctx: Context) -> ToolOutput:
+        """Async twin of `inspect_variable`."""
+        session = await self.session_id(ctx)
+        return await asyncio.to_thread(self._inspect_output, name, session)
+
+    # ---- sessions -------------------------------------------------------------------------------
+
+    async def session_id(self, ctx: Context | None) -> str:
+        """The engine session these tools use for `ctx`'s conversation, created on first use."""
+        if self.session is not None:
+            return self.session
+        if ctx is None:
+            raise ValueError(
+                "no session for this call: pass the workflow Context (agents inject it) "
+                "or create GenparkReplToolSpec(session=...)"
+            )
+        found = await ctx.store.get(STORE_KEY, default=None)
+        if isinstance(found, str):
+            return found
+        # Parallel first calls of one conversation must agree on one id: decide it under the store's
+        # write lock. Typed workflow state needs a `genpark_repl_session: str | None = None` field.
+        async with ctx.store.edit_state() as state:
+            found = getattr(state, STORE_KEY, None)
+            if not isinstance(found, str):
+                found = uuid.uuid4().hex
+                setattr(state, STORE_KEY, found)
+        return found
+
+    def _session_sync(self, ctx: Context | None) -> str:
+        if self.session is not None:
+            return self.session
+        with self._sync_lock:
+            return _run_coroutine(self.session_id(ctx))
+
+    # ---- LlamaIndex plumbing --------------------------------------------------------------------
+
+    def to_tool_list(
+        self,
+        spec_functions: list[SPEC_FUNCTION_TYPE] | None = None,
+        func_to_metadata_mapping: dict[str, ToolMetadata] | None = None,
+    ) -> list[FunctionTool]:
+        """The tools, sync and async, each answering with this spec's own `ToolOutput`."""
+        mapping = func_to_metadata_mapping or {}
+        tools = []
+        for spec in spec_functions or self.spec_functions:
+            names = (spec,) if isinstance(spec, str) else spec
+            fns = [getattr(self, name) for name in names]
+            sync_fn = next((f for f in fns if not inspect.iscoroutinefunction(f)), None)
+            async_fn = next((f for f in fns if inspect.iscoroutinefunction(f)), None)
+            main = sync_fn or async_fn
+            assert main is not None
+            metadata = next((mapping[n] for n in names if n in mapping), None)
+            name = metadata.get_name() if metadata is not None else main.__name__
+            tools.append(
+                FunctionTool.from_defaults(
+                    fn=sync_fn,
+                    async_fn=async_fn,
+                    name=name,
+                    description=None if metadata is not None else _description(name, main),
+                    tool_metadata=metadata,
+                    # FunctionTool would str() a returned ToolOutput; the callback hands it on whole.
+                    callback=_keep_output(name),
+                    async_callback=_akeep_output(name),
+                    # A pinned session needs no Context, so direct `tool.call(code=...)` works too;
+                    # an agent's injected ctx still overrides this.
+                    partial_params={"ctx": None} if self.session is not None else None,
+                )
+            )
+        return tools
+
+    # ---- rendering: one call into the engine, then text for the model and JSON for programs ---------
+
+    def _run_output(self, code: str, result: ExecutionResult) -> ToolOutput:
+        text = result.to_observation(max_chars=self.engine.limits.max_observation_chars)
+        blocks: list[ContentBlock] = [TextBlock(text=text)]
+        blocks.extend(
+            ImageBlock(image=a.data_base64.encode("ascii"), image_mimetype=a.mime_type)
+            for a in result.attachments
+            if a.kind == "image"
+        )
+        return ToolOutput(
+            tool_name="run_python",
+            blocks=blocks,
+            raw_input={"args": (), "kwargs": {"code": code}},
+            raw_output=result.model_dump(mode="json"),
+            is_error=not result.ok,
+        )
+
+    def _variables_output(self, session: str) -> ToolOutput:
+        infos = self.engine.variables(session)
+        text = render_variables(infos, self.engine.limits.max_observation_chars)
+        return ToolOutput(
+            tool_name="list_variables",
+            content=text,
+            raw_input={"args": (), "kwargs": {}},
+            raw_output=[v.model_dump(mode="json") for v in infos],
+        )
+
+    def _inspect_output(self, name: str, session: str) -> ToolOutput:
+        raw_input = {"args": (), "kwargs": {"name": name}}
+        try:
+            info = self.engine.inspect(name, session)
+        except (SessionNotFound, VariableNotFound):
+            known = [v.name for v in self.engine.variables(session)]
+            more = f" and {len(known) - _LISTED_NAMES} more" if len(known) > _LISTED_NAMES else ""
+            defined = (
+                f"Defined: {', '.join(known[:_LISTED_NAMES])}{more}." if known else "Nothing is defined yet."
+            )
+            return ToolOutput(
+                tool_name="inspect_variable",
+                content=f"Not defined: {name!r}. {defined}",
+                raw_input=raw_input,
+                raw_output=None,
+                is_error=True,
+            )
+        text = info.to_observation()
+        limit = self.engine.limits.max_observation_chars
+        return ToolOutput(
+            tool_name="inspect_variable",
+            content=text if len(text) <= limit else text[: limit - 20] + "\n[... shortened ...]",
+            raw_input=raw_input,
+            raw_output=info.model_dump(mode="json"),
+        )
+
+
+def _description(name: str, fn: Callable[..., Any]) -> str:
+    # LlamaIndex's default puts the return annotation's dotted path into the prompt; show only what the
+    # model passes.
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.annotation is not Context]
+    shown = sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
+    return f"{name}{shown}\n{inspect.getdoc(fn) or ''}".strip()
+
+
+def _keep_output(name: str) -> Callable[[Any], ToolOutput | None]:
+    def keep(raw: Any) -> ToolOutput | None:
+        if isinstance(raw, ToolOutput):
+            raw.tool_name = name
+            return raw
+        return None
+
+    return keep
+
+
+def _akeep_output(name: str) -> Callable[[Any], Awaitable[ToolOutput | None]]:
+    keep = _keep_output(name)
+
+    async def akeep(raw: Any) -> ToolOutput | None:
+        return keep(raw)
+
+    return akeep
+
+
+def _run_coroutine(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run `coro` to completion from synchronous code.
+
+    Agents call the async tools; the sync ones serve callers outside an event loop, where this is a
+    plain `asyncio.run`. Called on a thread whose loop is running, it uses a helper thread instead of
+    refusing. The in-memory `ctx.store` tolerates this; a store bound to another loop may not.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
