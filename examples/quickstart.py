@@ -28,7 +28,10 @@ def main() -> None:
         show("recursion", engine.run(code, session="alice").to_observation())
 
         # An error points at the failing line, with only the user's own frames.
-        show("an error", engine.run("ratios = [p / (p - 14.0) for p in prices]", session="alice").to_observation())
+        show(
+            "an error",
+            engine.run("ratios = [p / (p - 14.0) for p in prices]", session="alice").to_observation(),
+        )
 
         # A runaway loop is stopped at the timeout; the session survives.
         result = engine.run("n = 0\nwhile True:\n    n += 1", session="alice")

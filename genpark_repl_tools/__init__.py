@@ -1,9 +1,9 @@
 """genpark-repl-tools: run agent-written Python in per-conversation namespaces.
 
-    from genpark_repl_tools import ReplEngine
-    with ReplEngine() as engine:
-        result = engine.run("x = 6 * 7\nx", session="user-42")
-        print(result.to_observation())
+from genpark_repl_tools import ReplEngine
+with ReplEngine() as engine:
+    result = engine.run("x = 6 * 7\nx", session="user-42")
+    print(result.to_observation())
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Where code runs. A boundary is one narrow contract: execute a request, describe a session, close.
 
-    BaseBoundary          the contract every boundary passes (genpark_repl_tools.testing)
-    ├── InProcessBoundary the caller's process: microseconds, namespace isolation + policy layers
-    ├── SubprocessBoundary a worker process per session (genpark_repl_tools.boundaries.subprocess)
-    └── MockBoundary      answers with a handler you give it; for tests of code built on the engine
+BaseBoundary          the contract every boundary passes (genpark_repl_tools.testing)
+├── InProcessBoundary the caller's process: microseconds, namespace isolation + policy layers
+├── SubprocessBoundary a worker process per session (genpark_repl_tools.boundaries.subprocess)
+└── MockBoundary      answers with a handler you give it; for tests of code built on the engine
 """
 
 from __future__ import annotations

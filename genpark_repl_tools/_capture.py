@@ -187,11 +187,11 @@ def _uninstall() -> None:
         _active -= 1
         if _active == 0:
             out, err = _routers
-            sys.stdout, sys.stderr = out.fallback, err.fallback  # type: ignore[assignment]
+            sys.stdout, sys.stderr = out.fallback, err.fallback
             out.fallback = err.fallback = None
 
 
-class capturing:  # noqa: N801 - used like a function: `with capturing(cap):`
+class capturing:
     """Route this context's stdout/stderr into `cap` for the duration of the block."""
 
     __slots__ = ("_cap", "_token")

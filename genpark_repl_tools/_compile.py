@@ -125,8 +125,8 @@ class _TimeoutGuards(ast.NodeTransformer):
         ast.fix_missing_locations(check)
         return [node, check]
 
-    visit_With = _after  # type: ignore[assignment]
-    visit_AsyncWith = _after  # type: ignore[assignment]
+    visit_With = _after
+    visit_AsyncWith = _after
 
 
 _cache: OrderedDict[tuple[object, str], CompiledCell] = OrderedDict()

@@ -125,5 +125,7 @@ class InProcessBoundary(BaseBoundary):
                 s, self._runtime, timeout, describe, name, value, self.limits.max_repr_chars
             )
         except ExecutionTimeout:
-            info = VariableInfo(name=name, type=type(value).__name__, repr="<repr timed out>", repr_truncated=True)
+            info = VariableInfo(
+                name=name, type=type(value).__name__, repr="<repr timed out>", repr_truncated=True
+            )
         return info

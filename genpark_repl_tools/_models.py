@@ -28,7 +28,9 @@ class VariableInfo(_Model):
     """One name in a session, described without ever rendering a huge object in full."""
 
     name: str
-    type: str = Field(description="Type name, module-qualified unless builtin (e.g. 'int', 'pandas.DataFrame').")
+    type: str = Field(
+        description="Type name, module-qualified unless builtin (e.g. 'int', 'pandas.DataFrame')."
+    )
     kind: Literal["value", "function", "class", "module"] = "value"
     repr: str = Field(description="Bounded repr; ends with a truncation marker when cut.")
     repr_truncated: bool = False
@@ -137,10 +139,14 @@ class ExecutionResult(_Model):
     changes: VariableChanges = Field(default_factory=VariableChanges)
     attachments: list[Attachment] = Field(default_factory=list)
     duration_ms: float = 0.0
-    session_restarted: bool = Field(False, description="The session's earlier state was lost before this run.")
+    session_restarted: bool = Field(
+        False, description="The session's earlier state was lost before this run."
+    )
     policy: str = ""
     boundary: str = ""
-    notes: list[str] = Field(default_factory=list, description="Caveats about this run, for people and models.")
+    notes: list[str] = Field(
+        default_factory=list, description="Caveats about this run, for people and models."
+    )
 
     @property
     def ok(self) -> bool:

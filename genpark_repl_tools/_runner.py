@@ -219,10 +219,10 @@ def run_cell(
         value_truncated=outcome.value_truncated,
         changes=outcome.changes,
     )
-    error = outcome.error
-    if error is not None:
-        fields["error"] = error
-        if error.type == "SystemExit" and error.message in ("0", "None", ""):
+    failure = outcome.error
+    if failure is not None:
+        fields["error"] = failure
+        if failure.type == "SystemExit" and failure.message in ("0", "None", ""):
             fields["notes"].append("SystemExit does not end the session; its variables are kept.")
         else:
             fields["status"] = "error"
@@ -311,7 +311,7 @@ def _ms(started: float) -> float:
 
 
 class _Frame:
-    __slots__ = ("end_column", "filename", "label", "line", "column", "name", "source")
+    __slots__ = ("column", "end_column", "filename", "label", "line", "name", "source")
 
     def __init__(self, tb: TracebackType, session: Session, cell: CompiledCell) -> None:
         code = tb.tb_frame.f_code
@@ -454,7 +454,9 @@ def _timeout_error(
         message=message,
         line=anchor.line if anchor else None,
         source_line=anchor.source if anchor else None,
-        traceback="\n".join(["Stopped at (most recent call last):", *_format_frames(frames)]) if frames else "",
+        traceback="\n".join(["Stopped at (most recent call last):", *_format_frames(frames)])
+        if frames
+        else "",
         hint=(
             "Variables assigned before the stop are kept. Make the code faster, work on less data, "
             "or split the work into several calls."

@@ -38,7 +38,7 @@ _clear_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void
 )
 
 
-class ExecutionTimeout(BaseException):  # noqa: N818 - reads as an event, like KeyboardInterrupt
+class ExecutionTimeout(BaseException):
     """Raised inside executed code when its time is up. Never reaches the host."""
 
 

@@ -20,7 +20,9 @@ MakeEngine = Callable[..., ReplEngine]
 
 FIB = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
 INFINITE_LOOP = "n = 0\nwhile True:\n    n += 1\n"
-SWALLOWING_LOOP = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass\n"
+SWALLOWING_LOOP = (
+    "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass\n"
+)
 SUPPRESSING_LOOP = (
     "import contextlib\nwhile True:\n    with contextlib.suppress(BaseException):\n        while True:\n"
     "            pass\n"

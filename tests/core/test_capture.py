@@ -15,7 +15,13 @@ from genpark_repl_tools import ExecutionResult, Limits, ReplEngine
 from genpark_repl_tools._capture import BoundedText
 
 SESSIONS = 32
-PRINTING_CELL = "import time\nfor k in range(50):\n    print('{tag}', k)\n    if k % 10 == 0:\n        time.sleep(0.001)\n"
+PRINTING_CELL = """\
+import time
+for k in range(50):
+    print('{tag}', k)
+    if k % 10 == 0:
+        time.sleep(0.001)
+"""
 
 
 def _expected(tag: str) -> str:

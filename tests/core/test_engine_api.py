@@ -115,7 +115,9 @@ def test_describe_is_honest_about_inprocess() -> None:
 
 def test_mock_boundary_runs_nothing_and_records_requests() -> None:
     def handler(request: ExecutionRequest) -> ExecutionResult:
-        return ExecutionResult(status="ok", session=request.session, value=repr(request.code), boundary="mock")
+        return ExecutionResult(
+            status="ok", session=request.session, value=repr(request.code), boundary="mock"
+        )
 
     boundary = MockBoundary(handler)
     with ReplEngine(boundary=boundary) as engine:

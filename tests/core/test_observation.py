@@ -23,11 +23,7 @@ def engine() -> ReplEngine:
 def test_ok_with_output_value_and_changes(engine: ReplEngine) -> None:
     text = engine.run(OK_WITH_OUTPUT).to_observation()
     assert text == (
-        "OK\n"
-        "stdout:\n"
-        "mean 2.0\n"
-        "Out: 2\n"
-        "Variables: created prices (list, len 2), statistics (module)"
+        "OK\nstdout:\nmean 2.0\nOut: 2\nVariables: created prices (list, len 2), statistics (module)"
     )
 
 
@@ -73,7 +69,9 @@ def test_nested_error_shows_user_frames(engine: ReplEngine) -> None:
 
 def test_syntax_error(engine: ReplEngine) -> None:
     text = engine.run(SYNTAX_ERROR).to_observation()
-    assert text == "Error: SyntaxError: expected ':'\nAt line 1:\n    for i in range(3)\n                     ^"
+    assert (
+        text == "Error: SyntaxError: expected ':'\nAt line 1:\n    for i in range(3)\n                     ^"
+    )
 
 
 def test_timeout(engine: ReplEngine) -> None:
@@ -81,7 +79,7 @@ def test_timeout(engine: ReplEngine) -> None:
     head, _, rest = text.partition("\n")
     assert head.startswith("Timeout: execution stopped after 0.")
     assert head.endswith("(limit 0.3 s)")
-    assert rest.startswith("At line 3:\n        n += 1\n") or rest.startswith("At line 2:\n    while True:\n")
+    assert rest.startswith(("At line 3:\n        n += 1\n", "At line 2:\n    while True:\n"))
     assert rest.endswith(
         "Hint: Variables assigned before the stop are kept. Make the code faster, work on less data, "
         "or split the work into several calls."

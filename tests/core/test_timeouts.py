@@ -23,7 +23,9 @@ def test_timeout_never_leaks_into_the_host_when_code_ends_at_the_deadline(engine
     statuses = set()
     for i in range(150):
         budget = 0.002 + (i % 10) * 0.0005
-        code = f"import time\nend = time.perf_counter() + {budget}\nwhile time.perf_counter() < end:\n    pass"
+        code = (
+            f"import time\nend = time.perf_counter() + {budget}\nwhile time.perf_counter() < end:\n    pass"
+        )
         try:
             statuses.add(engine.run(code, timeout_s=0.0025).status)
         except ExecutionTimeout:  # pragma: no cover - the failure this test exists to catch
@@ -81,7 +83,9 @@ def test_generator_swallowing_is_stopped(engine: ReplEngine) -> None:
 
 
 def test_sleep_view_is_the_real_time_module_otherwise(engine: ReplEngine) -> None:
-    result = engine.run("import time\nfrom time import sleep, monotonic\nsleep(0.01)\n(time.time() > 0, callable(monotonic))")
+    result = engine.run(
+        "import time\nfrom time import sleep, monotonic\nsleep(0.01)\n(time.time() > 0, callable(monotonic))"
+    )
     assert result.value == "(True, True)"
 
 
