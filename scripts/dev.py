@@ -74,34 +74,42 @@ BENCH_VENV = ROOT / ".venv-bench"
 BENCH_PY = BENCH_VENV / ("Scripts" if os.name == "nt" else "bin") / "python"
 
 
-def _ensure_bench_venv() -> Path:
+def _bench_stamp(with_peers: bool) -> tuple[list[str], Path, str]:
     args = ["-e", ".[sandbox]"]
     if (ROOT / "integrations/langchain/pyproject.toml").exists():
         args += ["-e", "integrations/langchain"]
-    args += ["-r", "benchmarks/requirements.txt"]
+    if with_peers:
+        args += ["-r", "benchmarks/requirements.txt"]
     digest = hashlib.sha256(" ".join(args).encode())
     for path in ("pyproject.toml", "integrations/langchain/pyproject.toml", "benchmarks/requirements.txt"):
         if (ROOT / path).exists():
             digest.update((ROOT / path).read_bytes())
-    stamp = BENCH_VENV / ".installed-bench"
-    if BENCH_PY.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
+    stamp = BENCH_VENV / (".installed-bench" if with_peers else ".installed-bench-core")
+    return args, stamp, digest.hexdigest()
+
+
+def _ensure_bench_venv(with_peers: bool) -> Path:
+    """.venv-bench: the project and its LangChain adapter, plus (with_peers) the tools compared with."""
+    args, stamp, digest = _bench_stamp(with_peers)
+    if BENCH_PY.exists() and stamp.exists() and stamp.read_text() == digest:
         return BENCH_PY
     if not BENCH_PY.exists():
         print(f"creating {BENCH_VENV.relative_to(ROOT)} ...", flush=True)
         venv.EnvBuilder(with_pip=True).create(BENCH_VENV)
-    print("installing the project and the benchmark peers into .venv-bench (a minute or two) ...", flush=True)
-    subprocess.run(
-        [str(BENCH_PY), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
-        cwd=ROOT,
-        check=True,
-    )
-    stamp.write_text(digest.hexdigest())
+    what = "the project and the benchmark peers" if with_peers else "the project"
+    print(f"installing {what} into .venv-bench ...", flush=True)
+    pip = [str(BENCH_PY), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, *args], cwd=ROOT, check=True)
+    stamp.write_text(digest)
     return BENCH_PY
 
 
 def _bench(rest: list[str]) -> int:
+    # --quick uses the peers when a full run installed them, and does not wait for their install otherwise.
+    _, stamp, digest = _bench_stamp(with_peers=True)
+    with_peers = "--quick" not in rest or (stamp.exists() and stamp.read_text() == digest)
     try:
-        python = _ensure_bench_venv()
+        python = _ensure_bench_venv(with_peers)
     except (subprocess.CalledProcessError, OSError) as exc:
         # Offline or a peer that does not install here: still measure our own executors.
         print(f"could not set up .venv-bench ({exc}); benchmarking our executors only", file=sys.stderr)

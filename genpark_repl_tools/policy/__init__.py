@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ._model import Policy
+from ._errors import PolicyViolation
+from ._model import AttributeRules, ModuleRule, Policy
 from ._runtime import PolicyRuntime, runtime_for
 
-__all__ = ["Policy", "PolicyRuntime", "runtime_for"]
+__all__ = ["AttributeRules", "ModuleRule", "Policy", "PolicyRuntime", "PolicyViolation", "runtime_for"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-
 import time as _time
 import types
 from collections.abc import Hashable
@@ -84,8 +83,8 @@ _time_view = _TimeModule()
 
 def _trusted_import(
     name: str,
-    globals: dict[str, Any] | None = None,  # noqa: A002 - the signature of __import__
-    locals: dict[str, Any] | None = None,  # noqa: A002
+    globals: dict[str, Any] | None = None,
+    locals: dict[str, Any] | None = None,
     fromlist: Any = (),
     level: int = 0,
 ) -> Any:
@@ -129,6 +128,6 @@ class TrustedRuntime:
 def runtime_for(policy: Policy) -> PolicyRuntime:
     if not policy.restricted:
         return TrustedRuntime(policy)
-    raise NotImplementedError(f"policy {policy.name!r} has no runtime yet")
+    from ._restricted import RestrictedRuntime  # imports the guards only when a policy needs them
 
-
+    return RestrictedRuntime(policy)

@@ -1,0 +1,58 @@
+"""The LangChain adapter's cost: GenparkReplTool.invoke over a bare engine.run, and LangChain's own share.
+
+A separate module because it imports LangChain at the top: the no-op tool's annotations must resolve
+in module globals, exactly as GenparkReplTool's do (LangChain evaluates them on every call to find
+the injected `config` parameter).
+
+Security model: none; it runs `x = 1` through the engine under its default policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langchain_genpark_repl import GenparkReplTool
+from pydantic import BaseModel, Field
+
+from genpark_repl_tools import Limits, ReplEngine
+
+__all__ = ["NoopTool", "make_calls"]
+
+
+class _CodeArgs(BaseModel):
+    code: str = Field(description="Python code.")
+
+
+class NoopTool(BaseTool):
+    """LangChain's own cost for a tool shaped like ours: config injected, content and artifact, no work."""
+
+    name: str = "noop"
+    description: str = "Returns at once."
+    args_schema: type[BaseModel] = _CodeArgs
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
+
+    def _run(self, code: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
+        return "", {}
+
+
+def make_calls(timeout_s: float) -> tuple[ReplEngine, dict[str, Any], str | None]:
+    """The engine and three zero-argument calls: core (engine.run), tool (our invoke), noop (LangChain's)."""
+    engine = ReplEngine(limits=Limits(timeout_s=timeout_s))
+    tool = GenparkReplTool(engine=engine)
+    noop = NoopTool()
+    config: Any = {"configurable": {"thread_id": "bench"}}
+    tool_call = {"type": "tool_call", "id": "call-1", "name": tool.name, "args": {"code": "x = 1"}}
+    noop_call = {"type": "tool_call", "id": "call-2", "name": noop.name, "args": {"code": "x = 1"}}
+    message = tool.invoke(tool_call, config)
+    failure = None
+    if message.artifact.get("status") != "ok" or "x" not in {v.name for v in engine.variables("bench")}:
+        failure = f"tool call fails: {message.content!r:.200}"
+    noop.invoke(noop_call, config)
+    calls = {
+        "core": lambda: engine.run("x = 1", "bench"),
+        "tool": lambda: tool.invoke(tool_call, config),
+        "noop": lambda: noop.invoke(noop_call, config),
+    }
+    return engine, calls, failure

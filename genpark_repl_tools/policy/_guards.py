@@ -1,0 +1,773 @@
+"""Layer 2a, the runtime guards: one session's builtins, import function and dynamic-access checks.
+
+`SessionGuards` builds a restricted session's builtins dict. The names the audit cannot check
+statically go through it: computed attribute names (`getattr`, `setattr`, `str.format` fields,
+`operator.attrgetter`), imports (module views only), class creation (the session's classes are
+recorded; metaclasses are refused), attribute writes on objects that might be the host's (classes,
+modules, functions). Attribute reads, calls and arithmetic never pass through a guard.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextvars
+import functools
+import os
+import sys
+import types
+from collections.abc import Callable, Iterable
+from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
+from typing import Any
+
+from ._audit import format_refusal
+from ._audithook import MARK, SandboxState, plain_path
+from ._errors import PolicyViolation
+from ._imports import ModuleView, build_view, is_function_of, is_metaclass, module_of_callable, real_import
+from ._model import Policy
+from ._rules import StaticRules, exact, nfkc
+from ._transform import (
+    ATTR,
+    CELL,
+    CHECK_TARGET,
+    GEN_CM,
+    GEN_EXC,
+    GETATTR_NAME,
+    OWNED,
+    SETATTR,
+    TARGET,
+    TYPE,
+)
+
+__all__ = ["Execution", "SessionGuards", "current_execution"]
+
+_real_type = builtins.type
+_real_getattr = builtins.getattr
+_real_setattr = builtins.setattr
+_real_delattr = builtins.delattr
+_real_build_class = builtins.__build_class__
+_STR_FORMAT = str.format
+_STR_FORMAT_MAP = str.format_map
+_CLASS_NAMESPACE_KEYS = frozenset({"__module__", "__qualname__", "__doc__", "__slots__"})
+_PANDAS_EXPRESSIONS = frozenset({"query", "eval"})
+
+
+class Execution:
+    """The host's context-local library settings, saved when an execution starts, put back at its end."""
+
+    __slots__ = ("decimal", "numpy_errstate", "session")
+
+    def __init__(self) -> None:
+        decimal = sys.modules.get("decimal")
+        numpy = sys.modules.get("numpy")
+        self.decimal = decimal.getcontext() if decimal is not None else None
+        self.numpy_errstate = numpy.geterr() if numpy is not None else None
+        self.session: SessionGuards | None = None
+
+    def enter_session(self, session: SessionGuards) -> None:
+        self.session = session
+
+    def restore(self) -> None:
+        decimal = sys.modules.get("decimal")
+        if decimal is not None:
+            decimal.setcontext(self.decimal if self.decimal is not None else decimal.Context())
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            if self.session is not None:
+                self.session.numpy_errstate = numpy.geterr()  # np.seterr() persists within the session
+            if self.numpy_errstate is not None:
+                numpy.seterr(**self.numpy_errstate)
+            else:
+                numpy.seterr(all="warn", under="ignore")  # numpy's defaults: it was imported by the cell
+
+
+current_execution: contextvars.ContextVar[Execution | None] = contextvars.ContextVar(
+    "genpark_repl_execution", default=None
+)
+
+
+class _Target:
+    """The object behind `obj.attr` when it is an assignment target: `__repl_target__(o, "a").value = v`."""
+
+    __slots__ = ("_guards", "_name", "_obj")
+
+    def __init__(self, guards: SessionGuards, obj: Any, name: str) -> None:
+        self._guards = guards
+        self._obj = obj
+        self._name = name
+
+    @property
+    def value(self) -> Any:
+        return _real_getattr(self._obj, self._name)
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self._guards.store(self._obj, self._name, value)
+
+    @value.deleter
+    def value(self) -> None:
+        self._guards.check_target(self._obj, self._name)
+        _real_delattr(self._obj, self._name)
+
+
+class SessionGuards:
+    """The guards of one restricted session; its builtins dict closes over them.
+
+    Security model: every check here is independent of the execution context, so code of the
+    session that the host calls back later is checked the same way. What it cannot see (C code
+    doing attribute lookups by name, library global state) is listed in docs/security.md.
+    """
+
+    def __init__(self, policy: Policy, rules: StaticRules, state: SandboxState) -> None:
+        self.policy = policy
+        self.rules = rules
+        self.state = state
+        self.owned: set[type] = set()
+        self.views: dict[str, ModuleView] = {}
+        self.decimal_context: Any = None
+        self.numpy_errstate: dict[str, str] | None = None
+        self.table: dict[str, Any] = {}
+        self.type_guard = _make_type_guard(self)
+        self._format_cache: dict[str, str | None] = {}
+        self._random: Any = None
+        self._numpy_random: Any = None
+
+    # ---- builtins --------------------------------------------------------------------------------
+
+    def builtins(self) -> dict[str, Any]:
+        table = self.table
+        for name in self.rules.builtins:
+            if name in builtins.__dict__:
+                table[name] = builtins.__dict__[name]
+        table.update(
+            getattr=self.getattr,
+            setattr=self.setattr,
+            delattr=self.delattr,
+            dir=self.dir,
+            type=self.type_guard,
+            __build_class__=self.build_class,
+            __import__=self.import_,
+        )
+        for name in self.rules.denied_builtins:
+            if not name.startswith("__"):
+                # Reached only when the audit could not see the name (a variable the session bound
+                # earlier, then deleted): say why instead of a NameError.
+                table[name] = _refused_builtin(self.rules.builtin_refusal(name))
+        if "open" in self.rules.builtins:
+            table["open"] = self.open
+        table.update(
+            {
+                MARK: self.state,
+                ATTR: self.routed,
+                SETATTR: self.store,
+                TARGET: self.target,
+                TYPE: _real_type,
+                OWNED: self.owned,
+                CHECK_TARGET: self.check_target,
+                GETATTR_NAME: _getattr_name,
+                GEN_EXC: self.generator_exception,
+                GEN_CM: self.generator_context,
+                CELL: self.cell,
+            }
+        )
+        return table
+
+    def refuse(self, what: str, instead: str = "") -> PolicyViolation:
+        tail = f"; {instead}" if instead else ""
+        return PolicyViolation(f"{what} is not allowed under policy '{self.rules.name}'{tail}")
+
+    # ---- attribute reads -------------------------------------------------------------------------
+
+    def getattr(self, obj: Any, name: str, *default: Any) -> Any:
+        if not isinstance(name, str):
+            return _real_getattr(obj, name, *default)  # raises the usual TypeError
+        name = exact(name)
+        refusal = self.rules.attribute_refusal(name)
+        if refusal is not None:
+            raise PolicyViolation(refusal)
+        if nfkc(name) in self.rules.routed:
+            name = nfkc(name)
+            try:
+                return self.routed(obj, name)
+            except AttributeError:
+                if default:
+                    return default[0]
+                raise
+        value = _real_getattr(obj, name, *default)
+        if is_metaclass(value):
+            if value is type:
+                return self.type_guard
+            raise self._metaclass_refusal(name, value)
+        return value
+
+    def _metaclass_refusal(self, name: str, value: type) -> PolicyViolation:
+        return self.refuse(
+            f"reading '{name}': it is the metaclass '{value.__qualname__}'",
+            "metaclasses create classes with arbitrary special attributes",
+        )
+
+    def routed(self, obj: Any, name: str) -> Any:
+        """Attribute reads the policy routes here: look, then hand out a checked version if needed."""
+        value = _real_getattr(obj, name)
+        if is_metaclass(value):
+            if value is type:
+                return self.type_guard
+            raise self._metaclass_refusal(name, value)
+        if name in ("format", "format_map"):
+            checked = self._checked_format(value, name)
+            if checked is not value:
+                return checked
+        if name == "register":
+            owner = getattr(value, "__self__", None)
+            if isinstance(owner, type) and isinstance(owner, _abc_meta()) and owner not in self.owned:
+                raise self.refuse(
+                    f"registering classes with '{owner.__qualname__}'",
+                    "it would change isinstance() for the host and other sessions; subclass it instead",
+                )
+            if _is_dispatcher(obj) and not is_function_of(_dispatched(obj), self.table):
+                raise self.refuse(
+                    "registering implementations with a single-dispatch function not defined by this session"
+                )
+            return value
+        if name == "style" and (
+            module_of_callable(_real_type(value)).startswith("pandas")
+            or module_of_callable(getattr(value, "fget", None)).startswith("pandas")
+        ):
+            raise self.refuse(
+                "pandas' Styler",
+                "it applies format strings to arbitrary cell objects; use df.round(), df.to_string() or "
+                "f-strings",
+            )
+        if name == "ctypes":
+            if module_of_callable(_real_type(value)).startswith("numpy"):
+                raise self.refuse("raw memory access through ndarray.ctypes")
+            return value
+        if callable(value) and module_of_callable(value).startswith("pandas."):
+            return self._checked_pandas(value, name)
+        return value
+
+    def _checked_format(self, value: Any, name: str) -> Any:
+        real = _STR_FORMAT if name == "format" else _STR_FORMAT_MAP
+        if value is real:  # unbound: str.format(fmt, ...)
+
+            def unbound(fmt: str, *args: Any, **kwargs: Any) -> Any:
+                if isinstance(fmt, str):
+                    self._check_format(fmt)
+                return real(fmt, *args, **kwargs)
+
+            return unbound
+        target = getattr(value, "__self__", None)
+        if isinstance(target, str) and getattr(value, "__name__", None) == name:
+            fmt = target
+
+            def bound(*args: Any, **kwargs: Any) -> Any:
+                self._check_format(fmt)
+                return real(fmt, *args, **kwargs)
+
+            return bound
+        return value
+
+    def _check_format(self, fmt: str) -> None:
+        fmt = exact(fmt)  # the cache must not compare user-defined str subclasses
+        cache = self._format_cache
+        if fmt in cache:
+            refusal = cache[fmt]
+        else:
+            refusal = format_refusal(fmt, self.rules)
+            if len(cache) > 512:
+                cache.clear()
+            cache[fmt] = refusal
+        if refusal is not None:
+            raise PolicyViolation(refusal)
+
+    def _checked_pandas(self, method: Any, name: str) -> Any:
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            for value in map(exact, _strings(args, kwargs)):
+                if name in _PANDAS_EXPRESSIONS:
+                    refusal = _expression_refusal(value, self.rules)
+                elif nfkc(value).startswith("_"):
+                    refusal = self.rules.attribute_refusal(value)  # a method name dispatched by string
+                else:
+                    # pandas applies format strings to cell values itself (Styler.format)
+                    refusal = format_refusal(value, self.rules)
+                if refusal is not None:
+                    raise PolicyViolation(f"pandas {name}(): {refusal}")
+            if name in _PANDAS_EXPRESSIONS:
+                # pandas resolves '@name' in the caller's frame: skip this wrapper's.
+                kwargs["level"] = kwargs.get("level", 0) + 1
+            return method(*args, **kwargs)
+
+        return checked
+
+    def dir(self, *args: Any) -> list[str]:
+        # Without an argument: the caller's names (the cell's namespace), like the real dir().
+        names = builtins.dir(*args) if args else list(sys._getframe(1).f_locals)
+        return sorted(n for n in names if not n.startswith("_"))
+
+    # ---- attribute writes ------------------------------------------------------------------------
+
+    def setattr(self, obj: Any, name: str, value: Any) -> None:
+        if isinstance(name, str):
+            name = exact(name)
+            refusal = self.rules.attribute_refusal(name, store=True)
+            if refusal is not None:
+                raise PolicyViolation(refusal)
+        self.store(obj, name, value)
+
+    def delattr(self, obj: Any, name: str) -> None:
+        if isinstance(name, str):
+            name = exact(name)
+            refusal = self.rules.attribute_refusal(name, store=True)
+            if refusal is not None:
+                raise PolicyViolation(refusal)
+        self.check_target(obj, name)
+        _real_delattr(obj, name)
+
+    def store(self, obj: Any, name: str, value: Any) -> None:
+        if _real_type(obj) not in self.owned:  # instances of the session's classes: no check
+            self.check_target(obj, name)
+        _real_setattr(obj, name, value)
+
+    def target(self, obj: Any, name: str) -> _Target:
+        return _Target(self, obj, name)
+
+    def check_target(self, obj: Any, name: str | None = None) -> None:
+        """Refuse writing attributes of objects the host shares: its classes, modules, functions."""
+        where = f" '{name}'" if name else ""
+        if isinstance(obj, type):
+            if obj in self.owned:
+                return
+            raise self.refuse(
+                f"changing attribute{where} of class '{obj.__qualname__}'",
+                "it is shared with the host, not defined by this session; subclass it and change that",
+            )
+        if isinstance(obj, ModuleType):
+            raise self.refuse(
+                f"changing attribute{where} of a module",
+                "modules are shared; keep your own values in variables",
+            )
+        if isinstance(obj, FunctionType):
+            if is_function_of(obj, self.table):
+                return
+            raise self.refuse(
+                f"changing attribute{where} of function '{obj.__qualname__}'",
+                "it is not defined by this session",
+            )
+        if isinstance(obj, (BuiltinFunctionType, MethodType, functools.partial)):
+            raise self.refuse(f"changing attribute{where} of a built-in or bound function")
+
+    # ---- classes ---------------------------------------------------------------------------------
+
+    def build_class(self, func: Any, name: str, *bases: Any, **kwargs: Any) -> Any:
+        for base in bases:
+            if base is self.type_guard or (isinstance(base, type) and issubclass(base, type)):
+                raise self.refuse(
+                    f"defining the metaclass '{name}' (a subclass of 'type')", "define ordinary classes"
+                )
+        meta = kwargs.get("metaclass")
+        if meta is self.type_guard:
+            kwargs["metaclass"] = type
+        elif meta is not None and not (isinstance(meta, type) and issubclass(meta, type)):
+            # A callable "metaclass" could return an existing (host) class, which would then be
+            # recorded as the session's own.
+            raise self.refuse(
+                f"metaclass={_real_type(meta).__name__} for class '{name}'", "metaclasses must be classes"
+            )
+        cls = _real_build_class(func, name, *bases, **kwargs)
+        if isinstance(cls, type):
+            self.owned.add(cls)
+        return cls
+
+    def new_class(self, name: str, bases: tuple[Any, ...], namespace: dict[str, Any], **kwargs: Any) -> type:
+        """type(name, bases, namespace): the same checks as a class statement."""
+        for raw in namespace:
+            if not isinstance(raw, str):
+                continue
+            key = nfkc(exact(raw))
+            # Special methods need the audit and rewrite a class statement gets (a __getattr__ must
+            # not answer private names), so type() takes none of them.
+            if key.startswith("_") and key not in _CLASS_NAMESPACE_KEYS:
+                raise self.refuse(
+                    f"type(): the class attribute '{key}'", "define special methods in a class statement"
+                )
+        for base in bases:
+            if base is self.type_guard or (isinstance(base, type) and issubclass(base, type)):
+                raise self.refuse("type(): defining metaclasses")
+        namespace = dict(namespace)
+        namespace.setdefault("__module__", "__main__")  # not this module's name, which type() would use
+        cls = _real_type(name, bases, namespace, **kwargs)
+        self.owned.add(cls)
+        return cls
+
+    def owned_only(self, real: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def checked(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            if not (isinstance(cls, type) and cls in self.owned):
+                raise self.refuse(f"{label}() on a class not defined by this session")
+            return real(cls, *args, **kwargs)
+
+        return checked
+
+    def dataclass(self, cls: Any = None, /, **kwargs: Any) -> Any:
+        import dataclasses
+
+        def wrap(target: Any) -> Any:
+            if not (isinstance(target, type) and target in self.owned):
+                raise self.refuse("dataclass() on a class not defined by this session")
+            return dataclasses.dataclass(target, **kwargs)
+
+        return wrap if cls is None else wrap(cls)
+
+    def make_dataclass(self, cls_name: str, fields: Iterable[Any], **kwargs: Any) -> type:
+        import dataclasses
+
+        fields = list(fields)
+        names = [f if isinstance(f, str) else f[0] for f in fields]
+        namespace = kwargs.get("namespace") or {}
+        for name in [cls_name, *names, *namespace]:
+            if not isinstance(name, str) or nfkc(exact(name)).startswith("_"):
+                raise self.refuse(
+                    f"make_dataclass(): the name {name!r}", "names starting with '_' are private"
+                )
+        cls = dataclasses.make_dataclass(cls_name, fields, **kwargs)
+        self.owned.add(cls)
+        return cls
+
+    def _owned_object(self, obj: Any) -> bool:
+        return is_function_of(obj, self.table) or obj in self.owned or _real_type(obj) in self.owned
+
+    def update_wrapper(
+        self,
+        wrapper: Any,
+        wrapped: Any,
+        assigned: Iterable[str] = functools.WRAPPER_ASSIGNMENTS,
+        updated: Iterable[str] = functools.WRAPPER_UPDATES,
+    ) -> Any:
+        # Plain strs: a str subclass could compare equal to '__doc__' and still name '__globals__'.
+        assigned = tuple(exact(a) for a in assigned)
+        updated = tuple(exact(u) for u in updated)
+        if not set(assigned) <= set(functools.WRAPPER_ASSIGNMENTS) or not set(updated) <= set(
+            functools.WRAPPER_UPDATES
+        ):
+            raise self.refuse("update_wrapper()/wraps() with custom attribute names")
+        if not self._owned_object(wrapper):
+            raise self.refuse("update_wrapper()/wraps() on an object not defined by this session")
+        return functools.update_wrapper(wrapper, wrapped, assigned, updated)
+
+    def wraps(
+        self,
+        wrapped: Any,
+        assigned: Iterable[str] = functools.WRAPPER_ASSIGNMENTS,
+        updated: Iterable[str] = functools.WRAPPER_UPDATES,
+    ) -> Callable[[Any], Any]:
+        assigned, updated = tuple(assigned), tuple(updated)
+
+        def decorate(wrapper: Any) -> Any:
+            return self.update_wrapper(wrapper, wrapped, assigned, updated)
+
+        return decorate
+
+    def abstractmethod(self, func: Any) -> Any:
+        import abc
+
+        if isinstance(func, FunctionType) and not is_function_of(func, self.table):
+            raise self.refuse("abstractmethod() on a function not defined by this session")
+        return abc.abstractmethod(func)
+
+    def get_origin(self, tp: Any) -> Any:
+        import typing
+
+        origin = typing.get_origin(tp)
+        return self.type_guard if origin is type else origin
+
+    def attrgetter(self, attr: str, *attrs: str) -> Any:
+        import operator
+
+        attr, attrs = exact(attr), tuple(exact(a) for a in attrs)
+        for name in (attr, *attrs):
+            if not isinstance(name, str):
+                raise TypeError("attribute name must be a string")
+            for part in name.split("."):
+                refusal = self.rules.attribute_refusal(part)
+                if refusal is not None:
+                    raise PolicyViolation(refusal)
+                if part in self.rules.routed:
+                    return _GuardedAttrGetter(self, (attr, *attrs))
+        return operator.attrgetter(attr, *attrs)
+
+    def methodcaller(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        import operator
+
+        if not isinstance(name, str):
+            raise TypeError("method name must be a string")
+        name = exact(name)
+        refusal = self.rules.attribute_refusal(name)
+        if refusal is not None:
+            raise PolicyViolation(refusal)
+        if name in self.rules.routed:
+            return lambda obj: self.getattr(obj, name)(*args, **kwargs)
+        return operator.methodcaller(name, *args, **kwargs)
+
+    # ---- generators ------------------------------------------------------------------------------
+
+    def generator_exception(self, spec: Any) -> Any:
+        for item in spec if isinstance(spec, tuple) else (spec,):
+            if isinstance(item, type) and issubclass(item, BaseException) and not issubclass(item, Exception):
+                raise self.refuse(
+                    f"catching {item.__name__} inside a generator",
+                    "the handler would run when the generator is discarded, outside the time limit",
+                )
+        return spec
+
+    def generator_context(self, manager: Any) -> Any:
+        exit_ = getattr(_real_type(manager), "__exit__", None)
+        if _real_type(manager) in self.owned or is_function_of(exit_, self.table):
+            raise self.refuse(
+                "a 'with' block of your own context manager inside a generator",
+                "its __exit__ would run when the generator is discarded, outside the time limit",
+            )
+        return manager
+
+    # ---- imports, files, per-session state -------------------------------------------------------
+
+    def import_(
+        self,
+        name: str,
+        globals: dict[str, Any] | None = None,
+        locals: dict[str, Any] | None = None,
+        fromlist: Iterable[str] | None = (),
+        level: int = 0,
+    ) -> Any:
+        if isinstance(fromlist, list) and not level:
+            # PyImport_Import(): C code (numpy's lazy imports, time.strptime) importing for itself
+            # through the builtins of the calling frame; it passes a list, the import statement a
+            # tuple or None. Executed code cannot call __import__ itself, and the module goes to
+            # the C caller, not to the code.
+            return real_import(name, ())
+        if level:
+            raise self.refuse("relative import", "import modules by their absolute name")
+        fromlist = tuple(fromlist or ())
+        if name == "__future__":
+            return real_import(name, fromlist)
+        refusal = self.rules.import_refusal(name)
+        if refusal is not None:
+            raise PolicyViolation(refusal)
+        for item in fromlist:
+            if item == "*":
+                continue
+            refusal = self.rules.imported_name_refusal(name, item)
+            if refusal is not None:
+                raise PolicyViolation(refusal)
+        real_import(name, fromlist)
+        return self.view(name if fromlist else name.partition(".")[0])
+
+    def view(self, name: str) -> ModuleView:
+        view = self.views.get(name)
+        if view is None:
+            real = sys.modules.get(name)
+            if real is None:
+                real = real_import(name, ())
+            view = self.views[name] = build_view(name, real, self)
+            if name == "decimal":
+                self.cell()  # from now on decimal arithmetic uses the session's own context
+        return view
+
+    def session_value(self, module: str, attr: str, value: Any) -> Any:
+        """Per-session stand-ins for module-level state shared with the host (None: keep `value`)."""
+        if module == "random" and getattr(value, "__self__", None) is _real_getattr(
+            sys.modules["random"], "_inst"
+        ):
+            return _real_getattr(self._session_random(), attr)
+        if module == "decimal" and attr in ("DefaultContext", "BasicContext", "ExtendedContext"):
+            return value.copy()
+        if module == "numpy.random" and attr != "RandomState":
+            legacy = self._session_numpy_random()
+            if legacy is not None and callable(value) and hasattr(_real_type(legacy), attr):
+                return _real_getattr(legacy, attr)
+        if module == "pandas" and attr == "eval":
+            return self._checked_pandas(value, "eval")
+        return None
+
+    def _session_random(self) -> Any:
+        if self._random is None:
+            import random
+
+            self._random = random.Random()
+        return self._random
+
+    def _session_numpy_random(self) -> Any:
+        if self._numpy_random is None:
+            mtrand = sys.modules.get("numpy.random.mtrand")
+            if mtrand is None:
+                return None
+            self._numpy_random = mtrand.RandomState()
+        return self._numpy_random
+
+    def cell(self) -> None:
+        """Runs first in every cell: switch the context-local settings of libraries to the session's.
+
+        decimal's context and numpy's error state live in context variables of the caller's
+        context; the execution restores the host's when it ends (see `Execution`).
+        """
+        execution = current_execution.get()
+        if execution is not None:
+            execution.enter_session(self)
+        if self.decimal_context is None and "decimal" in self.views:
+            import decimal
+
+            self.decimal_context = decimal.Context()
+        if self.decimal_context is not None:
+            import decimal
+
+            decimal.setcontext(self.decimal_context)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and self.numpy_errstate is not None:
+            numpy.seterr(**self.numpy_errstate)
+
+    def open(  # the signature of the builtin open()
+        self,
+        file: Any,
+        mode: str = "r",
+        buffering: int = -1,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+        closefd: bool = True,
+        opener: Any = None,
+    ) -> Any:
+        if opener is not None:
+            raise self.refuse("open() with an opener")
+        path = plain_path(file)
+        if path is None:
+            raise self.refuse(
+                f"open() of a {_real_type(file).__name__}", "pass a str or pathlib path inside the workspace"
+            )
+        workspace = self.state.workspace
+        if not os.path.isabs(path):
+            path = os.path.join(workspace, path)  # relative paths are relative to the workspace
+        real = os.path.realpath(path)
+        if not (self.policy.files and (real == workspace or real.startswith(workspace + os.sep))):
+            if not self.policy.files:
+                raise self.refuse(f"opening '{real}'", "this policy has no file access")
+            raise self.refuse(
+                f"opening '{real}'", f"files are allowed only inside the workspace '{workspace}'"
+            )
+        return builtins.open(real, mode, buffering, encoding, errors, newline, closefd)
+
+
+class _GuardedAttrGetter:
+    """operator.attrgetter for names the policy routes (format, register, ...)."""
+
+    __slots__ = ("_guards", "_names")
+
+    def __init__(self, guards: SessionGuards, names: tuple[str, ...]) -> None:
+        self._guards = guards
+        self._names = names
+
+    def __call__(self, obj: Any) -> Any:
+        values = []
+        for name in self._names:
+            value = obj
+            for part in name.split("."):
+                value = self._guards.getattr(value, part)
+            values.append(value)
+        return values[0] if len(values) == 1 else tuple(values)
+
+
+def _refused_builtin(message: str) -> Callable[..., Any]:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise PolicyViolation(message)
+
+    return refused
+
+
+def _getattr_name(name: Any) -> None:
+    """First statement of a user-defined __getattr__: private names are never answered."""
+    if isinstance(name, str) and nfkc(exact(name)).startswith("_"):
+        raise AttributeError(name)
+
+
+def _is_dispatcher(obj: Any) -> bool:
+    """functools.singledispatch functions and singledispatchmethod objects."""
+    return (callable(obj) and hasattr(obj, "registry") and hasattr(obj, "dispatch")) or (
+        _real_type(obj) is functools.singledispatchmethod
+    )
+
+
+def _dispatched(obj: Any) -> Any:
+    if _real_type(obj) is functools.singledispatchmethod:
+        return obj.func
+    return getattr(obj, "__wrapped__", None)
+
+
+def _abc_meta() -> type:
+    import abc
+
+    return abc.ABCMeta
+
+
+def _strings(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[str]:
+    stack: list[Any] = [*args, *kwargs.values()]
+    seen = 0
+    while stack and seen < 10_000:
+        seen += 1
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+
+
+def _expression_refusal(expr: str, rules: StaticRules) -> str | None:
+    """pandas expressions resolve names and attributes themselves: refuse private and internal ones."""
+    word = ""
+    for ch in nfkc(expr) + " ":
+        if ch.isalnum() or ch == "_":
+            word += ch
+            continue
+        if word and not word[0].isdigit():
+            if word.startswith("_"):
+                return rules.attribute_refusal(word) or f"name '{word}' is not allowed"
+            refusal = rules.attribute_refusal(word)
+            if refusal is not None:
+                return refusal
+        word = ""
+    return None
+
+
+def _make_type_guard(guards: SessionGuards) -> type:
+    """The session's `type`: type(x) never hands out a metaclass; type(name, bases, ns) is checked.
+
+    With the real `type` (or any metaclass) code could create classes whose special attributes it
+    may not define, such as `__array_interface__` with a raw memory address for numpy.
+    """
+
+    class _TypeMeta(type):
+        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+            if len(args) == 1 and not kwargs:
+                found = _real_type(args[0])
+                if found is type or found is _TypeMeta:
+                    return cls
+                if issubclass(found, type):
+                    raise guards.refuse(
+                        f"type() of class '{args[0].__qualname__}' (its metaclass)", "use isinstance() checks"
+                    )
+                return found
+            if len(args) == 3:
+                return guards.new_class(*args, **kwargs)
+            raise TypeError("type() takes 1 or 3 arguments")
+
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, type)
+
+        def __subclasscheck__(cls, sub: Any) -> bool:
+            return sub is cls or (isinstance(sub, type) and issubclass(sub, type))
+
+        def __repr__(cls) -> str:
+            return "<class 'type'>"
+
+    def class_getitem(cls: Any, params: Any) -> Any:
+        return types.GenericAlias(cls, params)
+
+    return _TypeMeta("type", (), {"__module__": "builtins", "__class_getitem__": classmethod(class_getitem)})

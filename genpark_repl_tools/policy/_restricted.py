@@ -1,0 +1,104 @@
+"""The runtime of the restricted profiles (strict, standard): audit, transform, guards, audit hook."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Hashable
+from typing import Any
+
+from .._models import AuditFinding
+from . import _audithook
+from ._audit import audit
+from ._audithook import SandboxState
+from ._guards import Execution, SessionGuards, current_execution
+from ._model import Policy
+from ._rules import rules_for
+from ._transform import transform
+
+__all__ = ["RestrictedRuntime"]
+
+# Modules whose own code may run exec() on behalf of restricted code: the runner (it executes the
+# audited cell), namedtuple and dataclasses (they generate methods from checked identifiers).
+_EXEC_CALLERS = ("genpark_repl_tools._runner", "collections", "dataclasses")
+
+
+class RestrictedRuntime:
+    """Runs code under a restricted policy, in-process.
+
+    Security model: three layers. The static audit refuses what it can see before anything runs;
+    the AST transform routes the few dynamic constructs it cannot decide to runtime guards; the
+    session's builtins (guarded getattr/type/import, read-only module views) and a process-wide
+    audit hook (files, processes, network, native code, introspection) hold at run time. This
+    guards the host against accidents and casual misuse. It is not an OS sandbox: C code in
+    allowed libraries runs with the host's privileges, and memory/CPU are not bounded here. Run
+    untrusted code on the subprocess boundary.
+    """
+
+    def __init__(self, policy: Policy) -> None:
+        if not policy.restricted:
+            raise ValueError("RestrictedRuntime needs a restricted policy")
+        self.policy = policy
+        self.rules = rules_for(policy)
+        self._key = ("restricted", self.rules.key)
+        self._workspace: str | None = None
+        self._workspace_lock = threading.Lock()
+        self.state = SandboxState(policy.name, policy.files, self._resolve_workspace, _EXEC_CALLERS)
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    @property
+    def cache_key(self) -> Hashable:
+        return self._key
+
+    @property
+    def workspace(self) -> str:
+        """The directory files may be used in (created on first use; a temporary one if none is set)."""
+        return self.state.workspace
+
+    def _resolve_workspace(self) -> str:
+        with self._workspace_lock:
+            if self._workspace is None:
+                if self.policy.workspace is not None:
+                    path = str(self.policy.workspace)
+                    os.makedirs(path, exist_ok=True)
+                else:
+                    with _audithook.host_code():
+                        path = tempfile.mkdtemp(prefix="genpark-ws-")
+                    weakref.finalize(self, _remove_workspace, path)
+                self._workspace = path
+            return self._workspace
+
+    def audit(self, tree: ast.Module, source: str) -> list[AuditFinding]:
+        return audit(tree, source, self.rules)
+
+    def transform(self, tree: ast.Module) -> ast.Module:
+        return transform(tree, self.rules)
+
+    def new_builtins(self) -> dict[str, Any]:
+        return SessionGuards(self.policy, self.rules, self.state).builtins()
+
+    def enter(self) -> Any:
+        _audithook.install()
+        if self.policy.files:
+            _ = self.state.workspace  # resolve (and create) it here, in the host's own context
+        execution = Execution()
+        return (_audithook.activate(self.state), current_execution.set(execution), execution)
+
+    def exit(self, token: Any) -> None:
+        hook_token, execution_token, execution = token
+        _audithook.deactivate(hook_token)
+        current_execution.reset(execution_token)
+        execution.restore()
+
+
+def _remove_workspace(path: str) -> None:
+    # Runs when the runtime is collected, which may happen while some cell is running.
+    with _audithook.host_code():
+        shutil.rmtree(path, ignore_errors=True)

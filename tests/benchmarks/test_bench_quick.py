@@ -1,0 +1,198 @@
+"""The benchmark command (benchmarks/run.py) in quick mode, on our own executors only.
+
+It checks what the tables say, never how fast anything was: which rows exist, that our sessions never
+mix output, that runaway code comes back and the session survives, and that a job that hangs is
+killed and reported instead of stalling the run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from genpark_repl_tools import Policy, ReplEngine
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+_RUN_BOUND_S = 85
+
+LATENCY = ("trivial", "print", "cpu", "recursive", "comprehension", "new_session")
+NAMESPACE_SIZES = ("10", "1000", "10000")
+PROBES = ("loop", "swallow", "flood", "bomb")
+
+
+def _policy_runs(name: str) -> bool:
+    try:
+        Policy.preset(name)
+        with ReplEngine(policy=name) as engine:
+            return engine.run("x = 1").status == "ok"
+    except Exception:  # a preset still being built
+        return False
+
+
+def _bench_module(name: str) -> ModuleType:
+    """A module of benchmarks/ (a script directory, not a package), imported under a private name."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    if name.startswith("_"):  # helpers run.py itself imports by these names
+        return importlib.import_module(name)
+    qualified = f"genpark_bench_{name}"
+    if qualified not in sys.modules:
+        spec = importlib.util.spec_from_file_location(qualified, BENCH / f"{name}.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[qualified] = module
+        spec.loader.exec_module(module)
+    return sys.modules[qualified]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), "--quick", "--executors", "ours", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=_RUN_BOUND_S,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout, json.loads(out.read_text(encoding="utf-8"))
+
+
+def _ours(results: dict[str, Any]) -> list[str]:
+    return [k for k in results["executors"] if k.startswith(("inprocess-", "subprocess-"))]
+
+
+def test_rows_for_every_policy_that_runs_and_no_peers(bench: tuple[str, dict[str, Any]]) -> None:
+    _, results = bench
+    expected = {f"inprocess-{p}" for p in ("trusted", "standard", "strict") if _policy_runs(p)}
+    assert "inprocess-trusted" in expected
+    keys = set(results["executors"])
+    assert expected <= keys
+    assert "bare" in keys
+    assert not keys & {"langchain-ast", "smolagents", "restrictedpython", "jupyter"}
+    default = inspect.signature(ReplEngine).parameters["policy"].default
+    if importlib.util.find_spec("genpark_repl_tools.boundaries.subprocess") is not None:
+        key = f"subprocess-{default}"
+        # Either measured, or reported with the reason it could not start here.
+        assert key in keys or "failed to start" in results["skipped"].get(key, "")
+
+
+def test_every_figure_has_a_measured_row_per_executor(bench: tuple[str, dict[str, Any]]) -> None:
+    _, results = bench
+    figures = results["figures"]
+    for key in ["bare", *_ours(results)]:
+        for figure in LATENCY:
+            row = figures[figure][key]
+            assert "failure" not in row, (figure, key, row)
+            assert row["value_s"] > 0
+            assert row["ratio"] > 0
+        for size in NAMESPACE_SIZES:
+            row = figures["namespace"][key][size]
+            assert "failure" not in row, (size, key, row)
+            assert row["growth"] > 0
+        memory = figures["memory"][key]
+        assert "failure" not in memory, (key, memory)
+        assert memory["sessions"] >= 1
+
+
+def test_text_has_one_table_per_figure_with_our_rows(bench: tuple[str, dict[str, Any]]) -> None:
+    text, results = bench
+    for title in (
+        "Goals (quick run)",
+        "Trivial call: `x = 1`",
+        "Print call",
+        "CPU-heavy loop",
+        "Recursive function",
+        "Comprehension over session variables",
+        "`x = 1` as the namespace grows",
+        "New session",
+        "Memory: idle sessions",
+        "Concurrency: 32 sessions printing at once",
+        "Runaway probe: infinite loop",
+        "Runaway probe: loop swallowing BaseException",
+        "Runaway probe: print flood",
+        "Runaway probe: memory bomb",
+    ):
+        assert title in text
+    for key in ["bare", *_ours(results)]:
+        assert results["executors"][key]["label"] in text
+    goals = {(g["executor"], g["figure"]) for g in results["goals"]}
+    for figure in ("trivial", "cpu", "namespace", "memory"):
+        assert ("inprocess-trusted", figure) in goals
+    assert all(g["verdict"] != "not measured" for g in results["goals"]), results["goals"]
+
+
+def test_our_sessions_never_mix_output(bench: tuple[str, dict[str, Any]]) -> None:
+    _, results = bench
+    for key in _ours(results):
+        row = results["figures"]["concurrency"][key]
+        assert "failure" not in row, (key, row)
+        assert row["sessions"] == 32
+        for mode in ("threads", "asyncio"):
+            assert row[mode]["mixed"] == 0, (key, mode, row[mode])
+            assert row[mode]["errors"] == 0, (key, mode, row[mode])
+
+
+def test_runaway_code_returns_and_the_session_survives_in_process(bench: tuple[str, dict[str, Any]]) -> None:
+    _, results = bench
+    probes = results["figures"]["probes"]
+    limits_chars = 20_000  # Limits().max_output_chars: the flood keeps head + tail within it
+    for key in (k for k in _ours(results) if k.startswith("inprocess-")):
+        for probe in ("loop", "swallow", "flood"):
+            row = probes[probe][key]
+            assert row["returned"] is True, (probe, key, row)
+            assert row["status"] == "timeout", (probe, key, row)
+            assert row["survived"] is True, (probe, key, row)
+        assert probes["flood"][key]["out_chars"] <= limits_chars + 200
+        bomb = probes["bomb"][key]
+        assert bomb["returned"] is True, (key, bomb)
+        assert bomb["status"] in ("timeout", "error", "blocked"), (key, bomb)
+        assert bomb["survived"] is True, (key, bomb)
+
+
+def test_runaway_code_returns_on_the_subprocess_boundary(bench: tuple[str, dict[str, Any]]) -> None:
+    _, results = bench
+    keys = [k for k in _ours(results) if k.startswith("subprocess-")]
+    if not keys:
+        pytest.skip("the subprocess boundary is not available here")
+    for key in keys:
+        for probe in PROBES:
+            row = results["figures"]["probes"][probe][key]
+            assert row["returned"] is True, (probe, key, row)
+            assert row["status"] in ("timeout", "crashed", "error", "blocked"), (probe, key, row)
+
+
+def test_a_hanging_job_is_killed_and_reported() -> None:
+    run = _bench_module("run")
+    figures = _bench_module("_figures")
+    settings = figures.settings(True)
+    job = run.run_job(run.Job("probe", "bare", "loop"), sys.executable, settings, 60)
+    assert job.killed is not None
+    assert job.killed.startswith("call still running")
+    assert job.event("ready") is not None
+    assert job.event("returned") is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(job.pid, 0)
+
+
+def test_a_crashing_job_is_reported() -> None:
+    run = _bench_module("run")
+    figures = _bench_module("_figures")
+    job = run.run_job(run.Job("latency", "no-such-executor"), sys.executable, figures.settings(True), 60)
+    assert job.killed is None
+    failed = job.event("failed")
+    assert failed is not None
+    assert "unknown executor 'no-such-executor'" in failed["error"]

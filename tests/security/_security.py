@@ -1,0 +1,56 @@
+"""Helpers for the security suite: fresh sessions per snippet, one way to read a refusal."""
+
+from __future__ import annotations
+
+import itertools
+
+from genpark_repl_tools import ExecutionResult, ReplEngine
+
+ALLOWED_STRICT = (
+    "abc, array, base64, binascii, bisect, calendar, cmath, collections, colorsys, copy, csv, dataclasses, "
+    "datetime, decimal, difflib, enum, fractions, functools, graphlib, hashlib, heapq, hmac, html, io, "
+    "itertools, json, keyword, math, numbers, operator, pprint, queue, random, re, secrets, statistics, "
+    "string, struct, textwrap, time, typing, unicodedata, uuid, zoneinfo"
+)
+ALLOWED_STANDARD = (
+    "abc, array, base64, binascii, bisect, calendar, cmath, collections, colorsys, copy, csv, dataclasses, "
+    "datetime, decimal, difflib, enum, fractions, functools, graphlib, hashlib, heapq, hmac, html, io, "
+    "itertools, json, keyword, math, matplotlib, mpl_toolkits, numbers, numpy, operator, pandas, pathlib, "
+    "pprint, queue, random, re, scipy, secrets, statistics, string, struct, textwrap, time, typing, "
+    "unicodedata, uuid, zoneinfo"
+)
+
+_sessions = itertools.count()
+
+
+def run(engine: ReplEngine, code: str) -> ExecutionResult:
+    """Run `code` in a session of its own, so snippets never see each other's state."""
+    return engine.run(code, session=f"snippet-{next(_sessions)}")
+
+
+def refusal(result: ExecutionResult) -> str:
+    """The policy's message for a refused snippet, whether refused before running or while running."""
+    if result.status == "blocked":
+        assert result.findings, result.to_observation()
+        assert result.error is not None and result.error.type == "PolicyViolation"
+        return result.findings[0].message
+    assert result.status == "error", result.to_observation()
+    assert result.error is not None
+    assert result.error.type == "PolicyViolation", result.to_observation()
+    return result.error.message
+
+
+def blocked(result: ExecutionResult) -> str:
+    """The audit's message for a snippet refused before anything ran."""
+    assert result.status == "blocked", result.to_observation()
+    assert result.changes.is_empty()
+    return result.findings[0].message
+
+
+def ok(result: ExecutionResult) -> ExecutionResult:
+    assert result.status == "ok", result.to_observation()
+    return result
+
+
+def allowed_modules(policy: str) -> str:
+    return ALLOWED_STRICT if policy == "strict" else ALLOWED_STANDARD

@@ -1,0 +1,140 @@
+"""Modules: views are read-only and per session, so no session can poison what the host or others use."""
+
+from __future__ import annotations
+
+import decimal
+import json
+import keyword
+import random
+
+import pytest
+from _security import ok, refusal, run
+
+from genpark_repl_tools import ReplEngine
+
+REPLACE_FUNCTION = "import json\njson.dumps = lambda *a, **k: 'poisoned'"
+SETATTR_FUNCTION = "import json\nsetattr(json, 'dumps', print)"
+DELETE_FUNCTION = "import json\ndel json.dumps"
+REPLACE_SUBMODULE_FUNCTION = "import json.decoder\njson.decoder.scanstring = print"
+REPLACE_CONSTANT = "import math\nmath.pi = 3"
+AUGMENT_CONSTANT = "import math\nmath.pi += 1"
+MUTATE_TABLE = "import keyword\nkeyword.kwlist.clear()\nlen(keyword.kwlist)"
+MUTATE_DECIMAL_DEFAULT = "import decimal\ndecimal.DefaultContext.prec = 3\ndecimal.DefaultContext.prec"
+SEED_RANDOM = "import random\nrandom.seed(7)\n[random.randint(0, 99) for _ in range(3)]"
+COPY_MODULE = "import copy, json\ncopy.copy(json)"
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        (REPLACE_FUNCTION, "dumps"),
+        (SETATTR_FUNCTION, "dumps"),
+        (DELETE_FUNCTION, "dumps"),
+        (REPLACE_SUBMODULE_FUNCTION, "scanstring"),
+        (REPLACE_CONSTANT, "pi"),
+        (AUGMENT_CONSTANT, "pi"),
+    ],
+)
+def test_modules_are_read_only(engine: ReplEngine, code: str, name: str) -> None:
+    before = (json.dumps, json.decoder.scanstring)
+    assert refusal(run(engine, code)) == (
+        f"changing attribute '{name}' of a module is not allowed under policy '{engine.policy.name}'; "
+        "modules are shared; keep your own values in variables"
+    )
+    assert (json.dumps, json.decoder.scanstring) == before
+    assert json.dumps({"a": 1}) == '{"a": 1}'
+
+
+def test_module_level_tables_are_copies(engine: ReplEngine) -> None:
+    host = list(keyword.kwlist)
+    assert ok(run(engine, MUTATE_TABLE)).value == "0"
+    assert keyword.kwlist == host
+
+
+def test_decimal_contexts_belong_to_the_session(engine: ReplEngine) -> None:
+    host_default = decimal.DefaultContext.prec
+    host_current = decimal.getcontext().prec
+    assert ok(run(engine, MUTATE_DECIMAL_DEFAULT)).value == "3"
+    session = "decimal-session"
+    assert ok(
+        engine.run("import decimal\ndecimal.getcontext().prec = 5\ndecimal.Decimal(1) / 3", session=session)
+    ).value == ("Decimal('0.33333')")
+    assert engine.run("decimal.Decimal(2) / 3", session=session).value == "Decimal('0.66667')"
+    assert (decimal.DefaultContext.prec, decimal.getcontext().prec) == (host_default, host_current)
+    assert ok(run(engine, "import decimal\ndecimal.getcontext().prec")).value == str(host_default)
+
+
+def test_random_is_per_session_and_leaves_the_host_alone(engine: ReplEngine) -> None:
+    host_state = random.getstate()
+    first = ok(run(engine, SEED_RANDOM)).value
+    second = ok(run(engine, SEED_RANDOM)).value
+    assert first == second
+    expected = random.Random(7)
+    assert first == repr([expected.randint(0, 99) for _ in range(3)])
+    assert random.getstate() == host_state
+
+
+def test_sessions_do_not_share_views(engine: ReplEngine) -> None:
+    engine.run("import json\nmine = json", session="views-a")
+    engine.run("import json\nmine = json", session="views-b")
+    assert engine.run("mine is json", session="views-a").value == "True"
+    result = engine.run("import json\njson.loads('[1]')", session="views-b")
+    assert ok(result).value == "[1]"
+
+
+def test_a_view_cannot_be_copied_into_a_real_module(engine: ReplEngine) -> None:
+    result = run(engine, COPY_MODULE)
+    assert result.status == "error"
+    assert result.error is not None and result.error.type == "TypeError"
+    assert result.error.message == "cannot pickle 'ModuleView' object"
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (
+            "import dataclasses\ndataclasses.sys",
+            "'dataclasses.sys' is the module 'sys': import of 'sys' is not allowed",
+        ),
+        (
+            "import dataclasses\ndataclasses.builtins",
+            "'dataclasses.builtins' is the module 'builtins': import of 'builtins'",
+        ),
+        (
+            "import typing\ntyping.Type",
+            "'typing.Type' is not available under policy '{policy}': it exposes the real metaclass",
+        ),
+        ("import time\ntime.clock_settime", "'time.clock_settime' is not available under policy '{policy}'"),
+        (
+            "import csv\ncsv.register_dialect",
+            "'csv.register_dialect' is not available under policy '{policy}': changes a process-wide setting",
+        ),
+        (
+            "import enum\nenum.global_enum",
+            "'enum.global_enum' is not available under policy '{policy}': it writes into the host's "
+            "__main__ module",
+        ),
+        ("import io\nio.open", "'io.open' is not available under policy '{policy}': in-memory streams only"),
+        ("import abc\nabc.ABCMeta", "'abc.ABCMeta' is not available under policy '{policy}'"),
+    ],
+)
+def test_withheld_module_attributes_say_why(engine: ReplEngine, code: str, message: str) -> None:
+    result = run(engine, code)
+    assert result.status == "error"
+    assert result.error is not None and result.error.type == "AttributeError"
+    assert result.error.message.startswith(message.format(policy=engine.policy.name))
+
+
+@pytest.mark.parametrize(
+    ("code", "value"),
+    [
+        ("import json\njson.decoder.JSONDecoder().decode('[2]')", "[2]"),
+        ("import json.decoder as d\nd.JSONDecodeError.__name__", "'JSONDecodeError'"),
+        ("import re\nre.sub(r'\\d', '#', 'a1b2')", "'a#b#'"),
+        ("import random\nr = random.Random(1)\nr.random() == random.Random(1).random()", "True"),
+        ("import time\nround(time.monotonic() - time.monotonic())", "0"),
+        ("import string\nstring.ascii_lowercase[:3]", "'abc'"),
+    ],
+)
+def test_module_contents_work(engine: ReplEngine, code: str, value: str) -> None:
+    assert ok(run(engine, code)).value == value
