@@ -14,6 +14,7 @@ import threading
 import time
 import traceback as _traceback
 from collections import OrderedDict
+from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any
 
@@ -110,8 +111,13 @@ def run_cell(
     runtime: PolicyRuntime,
     limits: Limits,
     boundary: str,
+    capture_factory: Callable[[int], Capture] = Capture,
 ) -> ExecutionResult:
-    """Run `cell` in `session` (the caller holds `session.lock`)."""
+    """Run `cell` in `session` (the caller holds `session.lock`).
+
+    `capture_factory(limit)` makes the execution's output capture; a subprocess worker passes one
+    that writes through to its file descriptors.
+    """
     started = time.perf_counter()
     session.execution_count += 1
     session.last_used = time.monotonic()
@@ -158,7 +164,7 @@ def run_cell(
     host_cwd = os.getcwd() if session.touches_host else None
     host_builtins = dict(builtins.__dict__) if session.touches_host else None
 
-    capture = Capture(limits.max_output_chars)
+    capture = capture_factory(limits.max_output_chars)
     outcome = _Outcome()
     stopped: BaseException | None = None
     figures = FigureRun(session.figures, limits)
@@ -469,12 +475,19 @@ def describe_variable(name: str, value: Any, limit: int) -> VariableInfo:
     return describe(name, value, limit)
 
 
-def call_guarded(session: Session, runtime: PolicyRuntime, timeout_s: float, fn: Any, *args: Any) -> Any:
+def call_guarded(
+    session: Session,
+    runtime: PolicyRuntime,
+    timeout_s: float,
+    fn: Any,
+    *args: Any,
+    capture_factory: Callable[[int], Capture] = Capture,
+) -> Any:
     """Call `fn(*args)` (which may run user code: __repr__, __len__) under the policy and a deadline.
 
     Output is discarded. Raises ExecutionTimeout if the deadline passed.
     """
-    capture = Capture(1000)
+    capture = capture_factory(1000)
     with capturing(capture):
         token = runtime.enter()
         slot = watchdog.arm(timeout_s)

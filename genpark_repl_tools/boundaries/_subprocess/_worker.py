@@ -23,7 +23,6 @@ import sys
 import time
 from typing import Any
 
-from ... import _runner
 from ..._compile import compile_cell
 from ..._introspect import describe
 from ..._limits import Limits
@@ -149,9 +148,6 @@ def _install_streams() -> None:
         )
         setattr(sys, name, stream)
     _line_buffer_c_stdio()
-    # The runner builds its Capture by name at call time; in this process that capture must write
-    # through to the fds (see the module docstring). The worker owns its whole process.
-    setattr(_runner, "Capture", _FdCapture)  # noqa: B010
 
 
 class _Worker:
@@ -202,7 +198,9 @@ class _Worker:
             _STDOUT.start_call()
             _STDERR.start_call()
             with self.session.lock:
-                result = run_cell(self.session, cell, self.runtime, limits, self.boundary)
+                result = run_cell(
+                    self.session, cell, self.runtime, limits, self.boundary, capture_factory=_FdCapture
+                )
             return result.model_dump_json().encode()
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
             fallback = ExecutionResult(
