@@ -17,9 +17,30 @@ import io
 import sys
 import threading
 from contextvars import ContextVar
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
-__all__ = ["BoundedText", "Capture", "capturing"]
+__all__ = ["BoundedText", "Capture", "OutputCapture", "TextSink", "capturing"]
+
+
+class TextSink(Protocol):
+    """Where one stream of one execution goes."""
+
+    def write(self, text: str) -> None: ...
+
+    def getvalue(self) -> str: ...
+
+    @property
+    def truncated(self) -> bool: ...
+
+
+class OutputCapture(Protocol):
+    """The two sinks of one execution (`Capture`, or a boundary's own)."""
+
+    @property
+    def stdout(self) -> TextSink: ...
+
+    @property
+    def stderr(self) -> TextSink: ...
 
 
 class BoundedText:
@@ -81,13 +102,13 @@ class Capture:
         self.stderr = BoundedText(limit)
 
 
-_current: ContextVar[Capture | None] = ContextVar("genpark_repl_capture", default=None)
+_current: ContextVar[OutputCapture | None] = ContextVar("genpark_repl_capture", default=None)
 
 
 class _BinaryView:
     """`sys.stdout.buffer` while capturing: bytes are decoded into the text capture."""
 
-    def __init__(self, target: BoundedText) -> None:
+    def __init__(self, target: TextSink) -> None:
         self._target = target
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
@@ -106,7 +127,7 @@ class _Router(io.TextIOBase):
         self._name = name
         self.fallback = fallback
 
-    def _target(self) -> BoundedText | None:
+    def _target(self) -> TextSink | None:
         cap = _current.get()
         if cap is None:
             return None
@@ -196,10 +217,10 @@ class capturing:
 
     __slots__ = ("_cap", "_token")
 
-    def __init__(self, cap: Capture) -> None:
+    def __init__(self, cap: OutputCapture) -> None:
         self._cap = cap
 
-    def __enter__(self) -> Capture:
+    def __enter__(self) -> OutputCapture:
         _install()
         self._token = _current.set(self._cap)
         return self._cap

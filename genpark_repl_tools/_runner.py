@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any
 
-from ._capture import Capture, capturing
+from ._capture import Capture, OutputCapture, capturing
 from ._compile import CELL_PREFIX, GUARD_NAME, CompiledCell
 from ._introspect import describe, describe_fields, type_name, value_repr
 from ._limits import Limits
@@ -111,7 +111,7 @@ def run_cell(
     runtime: PolicyRuntime,
     limits: Limits,
     boundary: str,
-    capture_factory: Callable[[int], Capture] = Capture,
+    capture_factory: Callable[[int], OutputCapture] = Capture,
 ) -> ExecutionResult:
     """Run `cell` in `session` (the caller holds `session.lock`).
 
@@ -481,7 +481,7 @@ def call_guarded(
     timeout_s: float,
     fn: Any,
     *args: Any,
-    capture_factory: Callable[[int], Capture] = Capture,
+    capture_factory: Callable[[int], OutputCapture] = Capture,
 ) -> Any:
     """Call `fn(*args)` (which may run user code: __repr__, __len__) under the policy and a deadline.
 
