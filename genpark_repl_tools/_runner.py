@@ -166,22 +166,24 @@ def run_cell(
 
     capture = capture_factory(limits.max_output_chars)
     outcome = _Outcome()
-    stopped: BaseException | None = None
     figures = FigureRun(session.figures, limits)
     figures.enter()  # host code, before the guards: may make pyplot headless before the cell imports it
     with capturing(capture):
         token = runtime.enter()
-        slot = watchdog.arm(limits.timeout_s)
-        try:
-            _guarded(cell, ns, session, limits, before, full_diff, outcome, host_builtins, figures)
-            slot.done = True
-        except BaseException as exc:  # ExecutionTimeout; _guarded turns the cell's own errors into data
-            slot.done = True
-            stopped = exc
-        try:
-            watchdog.release(slot)
-        except ExecutionTimeout:
-            watchdog.release(slot)
+        # ExecutionTimeout is the only exception expected back: _guarded turns the cell's own into data.
+        _, stopped = _call_armed(
+            limits.timeout_s,
+            _guarded,
+            cell,
+            ns,
+            session,
+            limits,
+            before,
+            full_diff,
+            outcome,
+            host_builtins,
+            figures,
+        )
         figures.exit()  # closes what the cell left open, also after a timeout
         runtime.exit(token)
     _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
@@ -490,19 +492,31 @@ def call_guarded(
     capture = capture_factory(1000)
     with capturing(capture):
         token = runtime.enter()
-        slot = watchdog.arm(timeout_s)
-        failure: BaseException | None = None
-        try:
-            value = fn(*args)
-            slot.done = True
-        except BaseException as exc:
-            slot.done = True
-            failure = exc
-        try:
-            watchdog.release(slot)
-        except ExecutionTimeout:
-            watchdog.release(slot)
+        value, failure = _call_armed(timeout_s, fn, *args)
         runtime.exit(token)
     if failure is not None:
         raise failure
     return value
+
+
+def _call_armed(timeout_s: float, fn: Any, *args: Any) -> tuple[Any, BaseException | None]:
+    """`fn(*args)` under the watchdog: (its value, None) or (None, the exception it raised).
+
+    `slot.done = True` is a plain store right after `fn` returns, in this frame, before any call:
+    no pending injection can surface in between (see _watchdog). An injection already under way can
+    still surface in the first `release`; after it none can follow.
+    """
+    slot = watchdog.arm(timeout_s)
+    value: Any = None
+    failure: BaseException | None = None
+    try:
+        value = fn(*args)
+        slot.done = True
+    except BaseException as exc:
+        slot.done = True
+        failure = exc
+    try:
+        watchdog.release(slot)
+    except ExecutionTimeout:
+        watchdog.release(slot)
+    return value, failure

@@ -31,6 +31,7 @@ from ._engine import ReplEngine
 from ._exceptions import MissingDependency, ReplError, SessionNotFound, VariableNotFound
 from ._limits import Limits
 from ._models import ExecutionResult, VariableInfo
+from ._observation import variable_label
 from .policy import Policy
 
 __all__ = [
@@ -624,14 +625,7 @@ class _ReplState:
 
 
 def _variable_line(info: VariableInfo) -> str:
-    details = [info.type if info.kind == "value" else info.kind]
-    if info.shape is not None:
-        details.append("shape " + "x".join(str(d) for d in info.shape))
-    elif info.len is not None:
-        details.append(f"len {info.len}")
-    if info.dtype:
-        details.append(info.dtype)
-    return f"{info.name} ({', '.join(details)}) = {info.repr}"
+    return f"{info.name} ({variable_label(info)}) = {info.repr}"
 
 
 if __name__ == "__main__":

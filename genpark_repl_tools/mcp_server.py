@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ._engine import ReplEngine
 from ._exceptions import MissingDependency, ReplError
 from ._models import ExecutionResult, VariableInfo
+from ._observation import variable_label
 
 
 def _missing_sdk_message(error: ImportError) -> str:
@@ -168,14 +169,7 @@ def result_to_mcp(
 
 
 def _variable_line(info: VariableInfo) -> str:
-    details = [info.type if info.kind == "value" else info.kind]
-    if info.shape is not None:
-        details.append("shape " + "x".join(str(d) for d in info.shape))
-    elif info.len is not None:
-        details.append(f"len {info.len}")
-    if info.dtype:
-        details.append(info.dtype)
-    return f"{info.name} ({', '.join(details)}) = {info.repr}"
+    return f"{info.name} ({variable_label(info)}) = {info.repr}"
 
 
 def _inspect_text(info: VariableInfo) -> str:
