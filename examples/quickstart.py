@@ -1,4 +1,4 @@
-"""The core engine used directly: sessions, output, an error, a timeout, introspection.
+"""The core engine used directly: sessions, output, an error, a refusal, a timeout, introspection.
 
 Run it with:  python3 scripts/dev.py demo
 """
@@ -32,6 +32,10 @@ def main() -> None:
             "an error",
             engine.run("ratios = [p / (p - 14.0) for p in prices]", session="alice").to_observation(),
         )
+
+        # The default policy ("standard") refuses what it does not allow before anything runs.
+        refused = engine.run("import subprocess", session="alice")
+        show("a refusal (policy 'standard')", refused.to_observation())
 
         # A runaway loop is stopped at the timeout; the session survives.
         result = engine.run("n = 0\nwhile True:\n    n += 1", session="alice")

@@ -143,7 +143,7 @@ def run_cell(
             line=first.line,
             column=first.column,
             source_line=first.source_line,
-            hint="Nothing ran and no variable changed. Rewrite the code without what was refused.",
+            hint="Rewrite the code using only what the message above says is allowed.",
         )
         fields.update(status="blocked", error=error, findings=list(cell.findings), duration_ms=_ms(started))
         return ExecutionResult.model_validate(fields)
