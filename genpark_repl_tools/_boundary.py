@@ -11,9 +11,8 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from ._exceptions import EngineClosed, SessionNotFound, VariableNotFound
 from ._limits import Limits
@@ -23,14 +22,17 @@ from .policy import Policy
 __all__ = ["BaseBoundary", "ExecutionRequest", "MockBoundary"]
 
 
-class ExecutionRequest(BaseModel):
-    """One call to run code in a session."""
+@dataclass(frozen=True, slots=True)
+class ExecutionRequest:
+    """One call to run code in a session.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    A plain frozen dataclass, not a pydantic model: it is built on every call (validation would cost
+    more than a trivial execution) from arguments `ReplEngine.run` has already checked.
+    """
 
     code: str
     session: str = "default"
-    timeout_s: float | None = Field(None, gt=0, description="Overrides Limits.timeout_s for this call.")
+    timeout_s: float | None = None  # overrides Limits.timeout_s for this call
 
 
 class BaseBoundary(ABC):

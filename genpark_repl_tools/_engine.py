@@ -82,7 +82,9 @@ class ReplEngine:
                     hint="Send smaller pieces of code; keep data in files or variables, not in the code.",
                 ),
             )
-        request = ExecutionRequest(code=code, session=session, timeout_s=timeout_s)
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        request = ExecutionRequest(code, session, timeout_s)
         return self._boundary.execute(request)
 
     async def arun(

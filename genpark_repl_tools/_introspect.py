@@ -78,6 +78,7 @@ class _Repr(reprlib.Repr):
 
 
 _SIMPLE = frozenset({float, bool, type(None), complex})
+_SCALARS = frozenset({int, float, bool, complex, type(None)})
 
 _LIMITED: dict[type, str] = {
     str: "maxstring",
@@ -152,6 +153,10 @@ def describe(name: str, obj: Any, limit: int) -> VariableInfo:
 
 def describe_fields(name: str, obj: Any, limit: int) -> dict[str, Any]:
     """VariableInfo's fields as a dict (validated later, together with the result that holds it)."""
+    t = type(obj)
+    if t in _SCALARS:  # the common case (`x = 1`): no duck-typed probing needed
+        text, truncated = bounded_repr(obj, limit)
+        return {"name": name, "type": t.__name__, "repr": text, "repr_truncated": truncated}
     kind = _kind(obj)
     truncated = False
     tables = table_texts(obj, limit) if kind == "value" else None  # (repr, summary) of tables/arrays

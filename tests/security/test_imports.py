@@ -145,8 +145,7 @@ def test_refusal_text_reads_well_for_a_model(engine: ReplEngine) -> None:
         f"line 1:1: import of 'os' is not allowed under policy '{policy}'; allowed: abc, array,"
     )
     assert text.endswith(
-        "    import os\n    ^\nHint: Nothing ran and no variable changed. Rewrite the code without what "
-        "was refused."
+        "    import os\n    ^\nHint: Rewrite the code using only what the message above says is allowed."
     )
 
 
