@@ -10,6 +10,7 @@ Run it with:  .venv/bin/python examples/data_analysis.py
 from __future__ import annotations
 
 import base64
+import sys
 import tempfile
 from pathlib import Path
 
@@ -67,11 +68,11 @@ def step(engine: ReplEngine, title: str, code: str) -> ExecutionResult:
     return result
 
 
-def main() -> None:
+def main(image: Path = IMAGE) -> None:
     with tempfile.TemporaryDirectory(prefix="genpark-analysis-") as workspace:
         path = str(Path(workspace) / "sales.csv")
-        # "trusted": the data stack under the "standard" preset is still being wired up.
-        policy = Policy.trusted().with_workspace(workspace)
+        # The default preset: the data stack is allowed, files only inside the workspace.
+        policy = Policy.standard().with_workspace(workspace)
         with ReplEngine(policy=policy, limits=Limits(timeout_s=60)) as engine:
             step(engine, "write a small CSV", WRITE_CSV.format(path=path))
             step(engine, "load it", LOAD.format(path=path))
@@ -79,10 +80,11 @@ def main() -> None:
             plotted = step(engine, "plot it", PLOT)
     if not plotted.attachments:
         raise SystemExit("the plot step returned no image")
-    IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    IMAGE.write_bytes(base64.b64decode(plotted.attachments[0].data_base64))
-    print(f"\nsaved {plotted.attachments[0].description} to {IMAGE}")
+    image.parent.mkdir(parents=True, exist_ok=True)
+    image.write_bytes(base64.b64decode(plotted.attachments[0].data_base64))
+    print(f"\nsaved {plotted.attachments[0].description} to {image}")
 
 
 if __name__ == "__main__":
-    main()
+    # Optional argument: where to save the plot (default: docs/images/data_analysis.png).
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else IMAGE)
