@@ -20,9 +20,9 @@ from typing import Any
 
 from ._capture import Capture, OutputCapture, capturing
 from ._compile import CELL_PREFIX, GUARD_NAME, CompiledCell
-from ._introspect import describe, describe_fields, type_name, value_repr
+from ._introspect import describe_fields, type_name, value_repr
 from ._limits import Limits
-from ._models import ErrorInfo, ExecutionResult, VariableInfo
+from ._models import ErrorInfo, ExecutionResult
 from ._rich import FigureOwner, FigureRun
 from ._watchdog import ExecutionTimeout, check_expired, watchdog
 from .policy._runtime import PolicyRuntime
@@ -470,11 +470,6 @@ def _timeout_error(
             "or split the work into several calls."
         ),
     )
-
-
-# Kept for boundaries that describe variables outside a run (variables(), inspect()).
-def describe_variable(name: str, value: Any, limit: int) -> VariableInfo:
-    return describe(name, value, limit)
 
 
 def call_guarded(
