@@ -12,10 +12,10 @@ import _string  # type: ignore[import-not-found]  # the parser str.format itself
 import ast
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from .._models import AuditFinding
 from ._rules import GEN_UNSAFE_EXCEPTIONS, StaticRules, nfkc
+from ._walk import LEAVES, dispatch_table
 
 __all__ = ["NEEDS_REWRITE", "audit", "format_refusal", "is_generator"]
 
@@ -574,16 +574,8 @@ class _Auditor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-# Leaves that need no review: skipping them keeps the audit cheap on big cells.
-_LEAVES: frozenset[type] = frozenset(
-    {ast.Load, ast.Store, ast.Del, ast.Constant}
-    | {cls for base in (ast.operator, ast.boolop, ast.cmpop, ast.unaryop) for cls in base.__subclasses__()}
-)
-_DISPATCH: dict[type, Any] = {
-    getattr(ast, name[len("visit_") :]): method
-    for name, method in vars(_Auditor).items()
-    if name.startswith("visit_") and hasattr(ast, name[len("visit_") :])
-}
+_LEAVES = LEAVES
+_DISPATCH = dispatch_table(_Auditor)
 
 
 def _plain_getattr(node: ast.FunctionDef) -> bool:

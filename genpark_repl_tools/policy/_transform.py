@@ -23,6 +23,7 @@ from typing import Any
 
 from ._audit import NEEDS_REWRITE, format_refusal, is_generator
 from ._rules import StaticRules, nfkc
+from ._walk import LEAVES, dispatch_table
 
 __all__ = ["GUARD_NAMES", "transform"]
 
@@ -289,15 +290,8 @@ class _Rewriter:
         return node
 
 
-_LEAVES: frozenset[type] = frozenset(
-    {ast.Load, ast.Store, ast.Del, ast.Constant}
-    | {cls for base in (ast.operator, ast.boolop, ast.cmpop, ast.unaryop) for cls in base.__subclasses__()}
-)
-_DISPATCH: dict[type, Any] = {
-    getattr(ast, name[len("visit_") :]): method
-    for name, method in vars(_Rewriter).items()
-    if name.startswith("visit_") and hasattr(ast, name[len("visit_") :])
-}
+_LEAVES = LEAVES
+_DISPATCH = dispatch_table(_Rewriter)
 
 
 def _insert_cell_prologue(tree: ast.Module) -> None:
