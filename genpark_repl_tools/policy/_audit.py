@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .._models import AuditFinding
 from ._rules import GEN_UNSAFE_EXCEPTIONS, StaticRules, nfkc
-from ._walk import LEAVES, dispatch_table
+from ._walk import LEAVES, bound_names, dispatch_table
 
 __all__ = ["NEEDS_REWRITE", "audit", "format_refusal", "is_generator"]
 
@@ -164,23 +164,6 @@ def format_refusal(fmt: str, rules: StaticRules, depth: int = 0) -> str | None:
     return None
 
 
-def _bound_names(node: ast.AST) -> set[str]:
-    """Every name bound anywhere in `node` (an over-approximation across scopes)."""
-    names: set[str] = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
-            names.add(nfkc(sub.id))
-        elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(nfkc(sub.name))
-        elif isinstance(sub, ast.arg):
-            names.add(nfkc(sub.arg))
-        elif isinstance(sub, ast.alias):
-            names.add(nfkc(sub.asname or sub.name.partition(".")[0]))
-        elif isinstance(sub, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and sub.name:
-            names.add(nfkc(sub.name))
-    return names
-
-
 def is_generator(node: ast.FunctionDef | ast.Lambda) -> bool:
     """Whether `node`'s own scope yields (nested functions and classes are their own scopes)."""
     body: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
@@ -259,7 +242,7 @@ class _Auditor(ast.NodeVisitor):
 
     def bound_names(self) -> set[str]:
         if self.bound is None:
-            self.bound = _bound_names(self.tree)
+            self.bound = bound_names([self.tree])
         return self.bound
 
     # ---- names -----------------------------------------------------------------------------------

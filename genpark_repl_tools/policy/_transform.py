@@ -23,7 +23,7 @@ from typing import Any
 
 from ._audit import NEEDS_REWRITE, format_refusal, is_generator
 from ._rules import StaticRules, nfkc
-from ._walk import LEAVES, dispatch_table
+from ._walk import LEAVES, bound_names, dispatch_table
 
 __all__ = ["GUARD_NAMES", "transform"]
 
@@ -102,28 +102,6 @@ def _params(args: ast.arguments) -> list[str]:
     return [nfkc(n) for n in names]
 
 
-def _rebound(body: list[ast.stmt]) -> set[str]:
-    """Names a function body binds or deletes anywhere, nested scopes included (conservative)."""
-    names: set[str] = set()
-    for stmt in body:
-        for sub in ast.walk(stmt):
-            if isinstance(sub, ast.Name) and not isinstance(sub.ctx, ast.Load):
-                names.add(nfkc(sub.id))
-            elif isinstance(sub, (ast.FunctionDef, ast.ClassDef)):
-                names.add(nfkc(sub.name))
-            elif isinstance(sub, ast.arg):
-                names.add(nfkc(sub.arg))
-            elif isinstance(sub, ast.alias):
-                names.add(nfkc(sub.asname or sub.name.partition(".")[0]))
-            elif isinstance(sub, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and sub.name:
-                names.add(nfkc(sub.name))
-            elif isinstance(sub, ast.MatchMapping) and sub.rest:
-                names.add(nfkc(sub.rest))
-            elif isinstance(sub, (ast.Global, ast.Nonlocal)):
-                names.update(nfkc(n) for n in sub.names)
-    return names
-
-
 def _docstring_end(body: list[ast.stmt]) -> int:
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         return 1 if isinstance(body[0].value.value, str) else 0
@@ -172,7 +150,7 @@ class _Rewriter:
         if node.returns is not None:
             node.returns = self.visit(node.returns)
         params = _params(node.args)
-        native = frozenset(params) - _rebound(node.body)
+        native = frozenset(params) - bound_names(node.body)
         scope = _Scope("function", native=native, generator=is_generator(node))
         self.scopes.append(scope)
         try:

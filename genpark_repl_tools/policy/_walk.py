@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["LEAVES", "dispatch_table"]
+from ._rules import nfkc
+
+__all__ = ["LEAVES", "bound_names", "dispatch_table"]
 
 # Leaves that need no review or rewrite: skipping them keeps both walks cheap on big cells.
 LEAVES: frozenset[type] = frozenset(
@@ -21,3 +24,28 @@ def dispatch_table(visitor: type) -> dict[type, Any]:
         for name, method in vars(visitor).items()
         if name.startswith("visit_") and hasattr(ast, name[len("visit_") :])
     }
+
+
+def bound_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """Every name bound, deleted or declared global/nonlocal anywhere in `nodes`, nested scopes included.
+
+    An over-approximation on purpose: both callers only become more cautious with more names.
+    """
+    names: set[str] = set()
+    for node in nodes:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and not isinstance(sub.ctx, ast.Load):
+                names.add(nfkc(sub.id))
+            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(nfkc(sub.name))
+            elif isinstance(sub, ast.arg):
+                names.add(nfkc(sub.arg))
+            elif isinstance(sub, ast.alias):
+                names.add(nfkc(sub.asname or sub.name.partition(".")[0]))
+            elif isinstance(sub, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and sub.name:
+                names.add(nfkc(sub.name))
+            elif isinstance(sub, ast.MatchMapping) and sub.rest:
+                names.add(nfkc(sub.rest))
+            elif isinstance(sub, (ast.Global, ast.Nonlocal)):
+                names.update(nfkc(n) for n in sub.names)
+    return names
