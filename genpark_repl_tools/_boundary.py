@@ -16,23 +16,44 @@ from typing import Any
 
 from ._exceptions import EngineClosed, SessionNotFound, VariableNotFound
 from ._limits import Limits
-from ._models import ExecutionResult, VariableInfo
+from ._models import ErrorInfo, ExecutionResult, VariableInfo
 from .policy import Policy
 
-__all__ = ["BaseBoundary", "ExecutionRequest", "MockBoundary"]
+__all__ = ["BaseBoundary", "ExecutionRequest", "MockBoundary", "cancelled_before_start"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ExecutionRequest:
     """One call to run code in a session.
 
-    A plain frozen dataclass, not a pydantic model: it is built on every call (validation would cost
-    more than a trivial execution) from arguments `ReplEngine.run` has already checked.
+    A plain dataclass, not a pydantic model: it is built on every call (validation would cost more
+    than a trivial execution) from arguments `ReplEngine.run` has already checked. It is also the
+    call's identity: `cancelled` is set by whoever cancels the call (`ReplEngine.arun` when its task
+    is cancelled); a boundary that has not started it yet runs nothing.
     """
 
     code: str
     session: str = "default"
     timeout_s: float | None = None  # overrides Limits.timeout_s for this call
+    cancelled: bool = False
+
+
+def cancelled_before_start(
+    request: ExecutionRequest, policy: str, boundary: str, execution_count: int = 0
+) -> ExecutionResult:
+    """The result of a call cancelled before it ran: nothing ran, nothing changed."""
+    return ExecutionResult(
+        status="cancelled",
+        session=request.session,
+        execution_count=execution_count,
+        policy=policy,
+        boundary=boundary,
+        error=ErrorInfo(
+            type="Cancelled",
+            message="the call was cancelled before it started; nothing ran",
+            hint="The session and its variables are unchanged.",
+        ),
+    )
 
 
 class BaseBoundary(ABC):
@@ -73,6 +94,16 @@ class BaseBoundary(ABC):
     @abstractmethod
     def sessions(self) -> list[str]:
         """Live session ids."""
+
+    def interrupt(self, session: str, request: ExecutionRequest | None = None) -> bool:
+        """Stop the cell running in `session` now (only if it is `request`, when given); False if
+        nothing (or something else) was running there.
+
+        The interrupted call returns a result with status `cancelled` and the session keeps its
+        variables. Returns promptly: it does not wait for that call to return. A boundary that
+        cannot interrupt says so by returning False.
+        """
+        return False
 
     def describe(self) -> dict[str, Any]:
         """What this boundary actually enforces here (never claims a protection that is off)."""

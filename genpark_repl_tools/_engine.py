@@ -66,10 +66,39 @@ class ReplEngine:
 
     def run(self, code: str, session: str = "default", *, timeout_s: float | None = None) -> ExecutionResult:
         """Run `code` in `session` and return what happened. Errors in the code are data, not raises."""
+        request = self._prepare(code, session, timeout_s)
+        if isinstance(request, ExecutionResult):
+            return request
+        return self._boundary.execute(request)
+
+    async def arun(
+        self, code: str, session: str = "default", *, timeout_s: float | None = None
+    ) -> ExecutionResult:
+        """`run` without blocking the event loop (the code runs on a worker thread).
+
+        Cancelling the awaiting task interrupts the code (or keeps it from starting): the session
+        keeps its variables, and the cancellation propagates as usual.
+        """
+        request = self._prepare(code, session, timeout_s)
+        if isinstance(request, ExecutionResult):
+            return request
+        future = asyncio.get_running_loop().run_in_executor(None, self._boundary.execute, request)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            self.cancel(request)
+            raise
+
+    def _prepare(
+        self, code: str, session: str, timeout_s: float | None
+    ) -> ExecutionRequest | ExecutionResult:
+        """Check a call's arguments: the request to run, or the result that refuses it."""
         self._check_open()
         _check_session(session)
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, not {type(code).__name__}")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         if len(code) > self.limits.max_code_chars:
             return ExecutionResult(
                 status="error",
@@ -82,16 +111,22 @@ class ReplEngine:
                     hint="Send smaller pieces of code; keep data in files or variables, not in the code.",
                 ),
             )
-        if timeout_s is not None and not timeout_s > 0:
-            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-        request = ExecutionRequest(code, session, timeout_s)
-        return self._boundary.execute(request)
+        return ExecutionRequest(code, session, timeout_s)
 
-    async def arun(
-        self, code: str, session: str = "default", *, timeout_s: float | None = None
-    ) -> ExecutionResult:
-        """`run` without blocking the event loop (the code runs on a worker thread)."""
-        return await asyncio.to_thread(self.run, code, session, timeout_s=timeout_s)
+    def interrupt(self, session: str = "default") -> bool:
+        """Stop the code running in `session` now; returns whether anything was running.
+
+        The interrupted call returns with status `cancelled` and the session keeps its variables
+        (the subprocess boundary kills a worker whose code ignores the interrupt, as at a timeout).
+        """
+        self._check_open()
+        _check_session(session)
+        return self._boundary.interrupt(session)
+
+    def cancel(self, request: ExecutionRequest) -> bool:
+        """Cancel one call: it will not start, or it is interrupted if it is running."""
+        request.cancelled = True
+        return self._boundary.interrupt(request.session, request)
 
     def audit(self, code: str) -> AuditReport:
         """What the static audit says about `code` under this engine's policy, without running it."""

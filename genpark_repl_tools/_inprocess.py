@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._boundary import BaseBoundary, ExecutionRequest
+from ._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from ._compile import compile_cell
 from ._exceptions import CapacityError, SessionNotFound, VariableNotFound
 from ._introspect import describe
@@ -35,6 +35,7 @@ class InProcessBoundary(BaseBoundary):
         super().__init__(policy, limits)
         self._runtime = runtime_for(policy)
         self._sessions: dict[str, Session] = {}
+        self._running: dict[str, ExecutionRequest] = {}  # session -> the call running in it
         self._lock = threading.Lock()
 
     # ---- contract -------------------------------------------------------------------------------
@@ -47,7 +48,14 @@ class InProcessBoundary(BaseBoundary):
         if request.timeout_s is not None and request.timeout_s != limits.timeout_s:
             limits = limits.model_copy(update={"timeout_s": request.timeout_s})
         with session.lock:
-            return run_cell(session, cell, self._runtime, limits, self.name)
+            if request.cancelled:
+                return cancelled_before_start(request, self.policy.name, self.name, session.execution_count)
+            self._running[request.session] = request
+            try:
+                return run_cell(session, cell, self._runtime, limits, self.name)
+            finally:
+                self._running.pop(request.session, None)
+                session.cancel_pending = False
 
     def variables(self, session: str, *, include_hidden: bool = False) -> list[VariableInfo]:
         s = self._get(session)
@@ -66,6 +74,14 @@ class InProcessBoundary(BaseBoundary):
         s = self._get(session)
         with s.lock:
             s.reset(self._runtime)
+
+    def interrupt(self, session: str, request: ExecutionRequest | None = None) -> bool:
+        with self._lock:
+            s = self._sessions.get(session)
+        running = self._running.get(session)
+        if s is None or running is None or (request is not None and running is not request):
+            return False
+        return s.interrupt()
 
     def close_session(self, session: str) -> bool:
         with self._lock:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal["ok", "error", "blocked", "timeout", "crashed"]
+Status = Literal["ok", "error", "blocked", "timeout", "cancelled", "crashed"]
 
 __all__ = [
     "Attachment",

@@ -66,7 +66,9 @@ def _status_line(result: ExecutionResult) -> str:
     if result.status == "blocked":
         return f"Blocked by policy '{result.policy}': nothing ran and no variable changed."
     assert error is not None
-    label = {"error": "Error", "timeout": "Timeout", "crashed": "Crashed"}[result.status]
+    label = {"error": "Error", "timeout": "Timeout", "cancelled": "Cancelled", "crashed": "Crashed"}[
+        result.status
+    ]
     if result.status == "error":
         return f"{label}: {error.type}: {error.message}" if error.message else f"{label}: {error.type}"
     return f"{label}: {error.message}"
@@ -91,7 +93,11 @@ def _location(result: ExecutionResult) -> list[str]:
 def _traceback_section(result: ExecutionResult) -> str:
     # One frame says nothing the location line did not; show the chain only when it has depth.
     error = result.error
-    if error is None or result.status not in ("error", "timeout") or error.traceback.count('  File "') < 2:
+    if (
+        error is None
+        or result.status not in ("error", "timeout", "cancelled")
+        or error.traceback.count('  File "') < 2
+    ):
         return ""
     return "\n".join(line for line in error.traceback.splitlines()[1:] if line.startswith("  "))
 

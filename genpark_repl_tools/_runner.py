@@ -24,7 +24,7 @@ from ._introspect import describe_fields, type_name, value_repr
 from ._limits import Limits
 from ._models import ErrorInfo, ExecutionResult
 from ._rich import FigureOwner, FigureRun
-from ._watchdog import ExecutionTimeout, check_expired, watchdog
+from ._watchdog import ExecutionCancelled, ExecutionTimeout, Slot, check_expired, watchdog
 from .policy._runtime import PolicyRuntime
 
 __all__ = ["Session", "run_cell"]
@@ -39,6 +39,7 @@ class Session:
     """One conversation's namespace and bookkeeping. The bookkeeping never enters the namespace."""
 
     __slots__ = (
+        "cancel_pending",
         "created_at",
         "dynamic",
         "execution_count",
@@ -49,6 +50,7 @@ class Session:
         "name",
         "namespace",
         "restarted",
+        "running",
         "sources",
         "touches_host",
     )
@@ -66,7 +68,19 @@ class Session:
         self.touches_host = False
         self.figures = FigureOwner()
         self.restarted = False
+        self.running: Slot | None = None  # the watchdog slot of the cell running now, for interrupt()
+        self.cancel_pending = False
         self.created_at = self.last_used = time.monotonic()
+
+    def interrupt(self) -> bool:
+        """Stop the cell this session is about to run or is running, as a timeout would.
+
+        Call it only while a call holds the session (its boundary knows); the boundary clears
+        `cancel_pending` when that call ends, so a late interrupt never reaches the next cell.
+        """
+        self.cancel_pending = True  # seen by _call_armed if the cell is not armed yet
+        slot = self.running
+        return slot is None or watchdog.cancel(slot) or not slot.done
 
     def reset(self, runtime: PolicyRuntime) -> None:
         """Empty the namespace and forget the bookkeeping (the caller holds `lock`)."""
@@ -173,6 +187,7 @@ def run_cell(
         # ExecutionTimeout is the only exception expected back: _guarded turns the cell's own into data.
         _, stopped = _call_armed(
             limits.timeout_s,
+            session,
             _guarded,
             cell,
             ns,
@@ -200,6 +215,9 @@ def run_cell(
         attachments=figures.attachments,
         notes=figures.notes,
     )
+    if isinstance(stopped, ExecutionCancelled):
+        fields.update(status="cancelled", error=_timeout_error(stopped, session, cell, limits, duration))
+        return ExecutionResult.model_validate(fields)
     if isinstance(stopped, ExecutionTimeout):
         fields.update(status="timeout", error=_timeout_error(stopped, session, cell, limits, duration))
         late = duration / 1000 - limits.timeout_s
@@ -456,19 +474,25 @@ def _timeout_error(
 ) -> ErrorInfo:
     frames = _user_frames(exc.__traceback__, session, cell)
     anchor = frames[-1] if frames else None
-    message = f"execution stopped after {duration_ms / 1000:.1f} s (limit {limits.timeout_s:g} s)"
+    if isinstance(exc, ExecutionCancelled):
+        kind, message = "Cancelled", f"execution was interrupted after {duration_ms / 1000:.1f} s"
+        hint = "Variables assigned before the stop are kept."
+    else:
+        kind = "Timeout"
+        message = f"execution stopped after {duration_ms / 1000:.1f} s (limit {limits.timeout_s:g} s)"
+        hint = (
+            "Variables assigned before the stop are kept. Make the code faster, work on less data, "
+            "or split the work into several calls."
+        )
     return ErrorInfo(
-        type="Timeout",
+        type=kind,
         message=message,
         line=anchor.line if anchor else None,
         source_line=anchor.source if anchor else None,
         traceback="\n".join(["Stopped at (most recent call last):", *_format_frames(frames)])
         if frames
         else "",
-        hint=(
-            "Variables assigned before the stop are kept. Make the code faster, work on less data, "
-            "or split the work into several calls."
-        ),
+        hint=hint,
     )
 
 
@@ -487,21 +511,29 @@ def call_guarded(
     capture = capture_factory(1000)
     with capturing(capture):
         token = runtime.enter()
-        value, failure = _call_armed(timeout_s, fn, *args)
+        value, failure = _call_armed(timeout_s, None, fn, *args)
         runtime.exit(token)
     if failure is not None:
         raise failure
     return value
 
 
-def _call_armed(timeout_s: float, fn: Any, *args: Any) -> tuple[Any, BaseException | None]:
+def _call_armed(
+    timeout_s: float, owner: Session | None, fn: Any, *args: Any
+) -> tuple[Any, BaseException | None]:
     """`fn(*args)` under the watchdog: (its value, None) or (None, the exception it raised).
+
+    With an `owner`, the slot is published as `owner.running` while `fn` runs, for `interrupt()`.
 
     `slot.done = True` is a plain store right after `fn` returns, in this frame, before any call:
     no pending injection can surface in between (see _watchdog). An injection already under way can
     still surface in the first `release`; after it none can follow.
     """
     slot = watchdog.arm(timeout_s)
+    if owner is not None:
+        owner.running = slot
+        if owner.cancel_pending:
+            watchdog.cancel(slot)
     value: Any = None
     failure: BaseException | None = None
     try:
@@ -514,4 +546,6 @@ def _call_armed(timeout_s: float, fn: Any, *args: Any) -> tuple[Any, BaseExcepti
         watchdog.release(slot)
     except ExecutionTimeout:
         watchdog.release(slot)
+    if owner is not None:
+        owner.running = None
     return value, failure

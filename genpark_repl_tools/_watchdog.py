@@ -20,7 +20,7 @@ import ctypes
 import threading
 import time
 
-__all__ = ["ExecutionTimeout", "Slot", "Watchdog", "check_expired"]
+__all__ = ["ExecutionCancelled", "ExecutionTimeout", "Slot", "Watchdog", "check_expired"]
 
 REFIRE_S = 0.05
 # While executions come and go, the watchdog polls every POLL_S instead of being woken by each
@@ -42,16 +42,29 @@ class ExecutionTimeout(BaseException):
     """Raised inside executed code when its time is up. Never reaches the host."""
 
 
+class ExecutionCancelled(ExecutionTimeout):
+    """Raised inside executed code that was interrupted (`engine.interrupt`, a cancelled call).
+
+    A subclass, so every guard that keeps code from swallowing a timeout keeps it from swallowing
+    an interrupt too.
+    """
+
+
 class Slot:
-    __slots__ = ("deadline", "done", "fired_at", "fires", "next_fire", "tid")
+    __slots__ = ("cancelled", "deadline", "done", "fired_at", "fires", "next_fire", "tid")
 
     def __init__(self, tid: int, deadline: float) -> None:
         self.tid = tid
         self.deadline = deadline
         self.next_fire = deadline
         self.done = False
+        self.cancelled = False
         self.fires = 0
         self.fired_at = 0.0
+
+    @property
+    def exception(self) -> type[ExecutionTimeout]:
+        return ExecutionCancelled if self.cancelled else ExecutionTimeout
 
 
 # tid -> the slot running on that thread; read by handler guards in executed code.
@@ -62,7 +75,7 @@ def check_expired() -> None:
     """Re-raise the timeout if this thread's execution is past its deadline (called by handlers)."""
     slot = _by_thread.get(threading.get_ident())
     if slot is not None and slot.fires and not slot.done:
-        raise ExecutionTimeout
+        raise slot.exception
 
 
 class Watchdog:
@@ -84,6 +97,31 @@ class Watchdog:
             if slot.deadline < self._next_wake:
                 self._wake.set()
         return slot
+
+    def cancel(self, slot: Slot) -> bool:
+        """Stop the execution in `slot` as if its deadline had passed now; False if it is done."""
+        with self._lock:
+            if slot.done or slot not in self._slots:
+                return False
+            self._mark_cancelled(slot)
+            self._wake.set()
+        return True
+
+    def cancel_thread(self, tid: int | None) -> None:
+        """`cancel` for the execution running on thread `tid`, safe to call from a signal handler.
+
+        A signal handler runs between two bytecodes of the thread it interrupts, which may hold this
+        watchdog's lock or the wake event's: so only plain stores here, and the watchdog, which polls
+        every POLL_S while anything is armed, raises the exception at its next pass.
+        """
+        slot = _by_thread.get(tid) if tid is not None else None
+        if slot is not None and not slot.done:
+            self._mark_cancelled(slot)
+
+    @staticmethod
+    def _mark_cancelled(slot: Slot) -> None:
+        slot.cancelled = True
+        slot.next_fire = 0.0
 
     def release(self, slot: Slot) -> None:
         """Forget `slot` and clear an injection still pending for its thread.
@@ -115,7 +153,7 @@ class Watchdog:
                             slot.fired_at = now
                         slot.fires += 1
                         slot.next_fire = now + REFIRE_S
-                        _set_async_exc(slot.tid, ExecutionTimeout)
+                        _set_async_exc(slot.tid, slot.exception)
                     next_wake = min(next_wake, slot.next_fire)
                 if self._slots:
                     idle_since = None

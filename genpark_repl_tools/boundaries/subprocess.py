@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from .._boundary import BaseBoundary, ExecutionRequest
+from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._exceptions import BoundaryError, CapacityError, MissingDependency, SessionNotFound, VariableNotFound
 from .._limits import Limits
 from .._models import ErrorInfo, ExecutionResult, VariableInfo
@@ -47,6 +47,9 @@ _EXIT_WAIT_S = 2.0
 _EVICTED_KEPT = 4096
 _MIN_HEADROOM_MB = 64
 _QUERY_SLACK_S = 2.0
+# How long an interrupted cell may take to stop by itself before its worker is killed. The worker's
+# watchdog raises the interrupt within 50 ms in pure-Python code.
+_INTERRUPT_GRACE_S = 0.25
 _VARIABLES = TypeAdapter(list[VariableInfo])
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 # One thread per library pool keeps the zygote single-threaded after `preload` and keeps workers
@@ -64,7 +67,17 @@ _SIGNAL_TEXT = {
 
 
 class _SessionState:
-    __slots__ = ("closed", "execution_count", "last_used", "lock", "lost", "name", "worker", "workspace")
+    __slots__ = (
+        "closed",
+        "execution_count",
+        "last_used",
+        "lock",
+        "lost",
+        "name",
+        "running",
+        "worker",
+        "workspace",
+    )
 
     def __init__(self, name: str, workspace: Path) -> None:
         self.name = name
@@ -75,6 +88,7 @@ class _SessionState:
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the next worker starts without the old namespace
         self.closed = False
+        self.running: ExecutionRequest | None = None  # the call waiting on the worker now
 
 
 class SubprocessBoundary(BaseBoundary):
@@ -368,7 +382,11 @@ class SubprocessBoundary(BaseBoundary):
         limits = self.limits
         timeout = request.timeout_s if request.timeout_s is not None else limits.timeout_s
         notes: list[str] = []
+        if request.cancelled:
+            return cancelled_before_start(request, self.policy.name, self.name, state.execution_count)
         worker = state.worker
+        if worker is not None and worker.abandoned:
+            worker = self._settle(state, worker)
         if worker is None or worker.dead:
             if state.lost == "evicted":
                 notes.append(
@@ -378,12 +396,21 @@ class SubprocessBoundary(BaseBoundary):
             worker = self._start_worker(state, restarted=state.lost is not None)
         out = OutputSink(limits.max_output_chars)
         err = OutputSink(limits.max_output_chars)
-        sent = worker.send_json(P.EXEC, {"code": request.code, "timeout_s": timeout})
-        if worker.pid is None:
-            self._await_ready(state, worker)
-            state.lost = None  # the fresh worker knows (restarted=...) and reports it in this result
-        started = time.monotonic()
-        reply = worker.wait(started + timeout + self.kill_grace_s, out, err) if sent else Died()
+        rid = worker.send_json(P.EXEC, {"code": request.code, "timeout_s": timeout})
+        state.running = request
+        try:
+            if worker.pid is None:
+                self._await_ready(state, worker)
+                state.lost = None  # the fresh worker knows (restarted=...) and reports it in this result
+            if request.cancelled:  # cancelled between the check above and `running` being set
+                self.interrupt(state.name, request)
+            started = time.monotonic()
+            reply = worker.wait(started + timeout + self.kill_grace_s, out, err, rid) if rid else Died()
+        except BaseException:
+            self._abandon(state, worker)
+            raise
+        finally:
+            state.running = None
         if isinstance(reply, tuple) and reply[0] == P.RESULT:
             try:
                 result = ExecutionResult.model_validate_json(reply[1])
@@ -395,6 +422,7 @@ class SubprocessBoundary(BaseBoundary):
                 result.notes[:0] = notes
                 return result
         killed = isinstance(reply, TimedOut)
+        interrupted = killed and reply.interrupted  # type: ignore[union-attr]
         code = self._retire(state, worker, drain=(out, err))
         elapsed = time.monotonic() - started
         state.execution_count += 1
@@ -409,7 +437,17 @@ class SubprocessBoundary(BaseBoundary):
             notes=notes,
         )
         _attach_output(result, out, err)
-        if killed and code in (-signal.SIGKILL, None):
+        if interrupted and code in (-signal.SIGKILL, None):
+            result.status = "cancelled"
+            result.error = ErrorInfo(
+                type="Cancelled",
+                message=(
+                    f"execution was interrupted after {elapsed:.1f} s; the code did not stop by itself "
+                    "(C-level work cannot be interrupted), so its worker process was killed"
+                ),
+                hint="The session's variables are lost; the next run starts a fresh session.",
+            )
+        elif killed and code in (-signal.SIGKILL, None):
             result.status = "timeout"
             result.error = ErrorInfo(
                 type="Timeout",
@@ -445,6 +483,49 @@ class SubprocessBoundary(BaseBoundary):
             )
         return result
 
+    def _abandon(self, state: _SessionState, worker: WorkerHandle) -> None:
+        """The caller stopped waiting mid-call (KeyboardInterrupt, a cancelled task, an exception
+        raised into its thread). Stop the work it started; the next call on the session settles it."""
+        if worker.dead:
+            return
+        if not worker.pending:
+            return  # the reply was read; nothing is in flight
+        worker.abandoned = True
+        self._interrupt_worker(worker)
+
+    def _settle(self, state: _SessionState, worker: WorkerHandle) -> WorkerHandle | None:
+        """Wait (bounded) for the late reply of an abandoned call and drop it with its output; if it
+        does not come, kill the worker. Returns the worker if it is usable, else None."""
+        rid = worker.pending
+        if rid and not worker.dead:
+            reply = worker.wait(time.monotonic() + _INTERRUPT_GRACE_S + self.kill_grace_s, rid=rid)
+            if isinstance(reply, tuple):
+                worker.abandoned = False
+                return worker
+        self._retire(state, worker, drain=(None, None))
+        state.lost = "crashed"
+        return None
+
+    def interrupt(self, session: str, request: ExecutionRequest | None = None) -> bool:
+        with self._lock:
+            state = self._sessions.get(session)
+        if state is None:
+            return False
+        running, worker = state.running, state.worker
+        if running is None or worker is None or (request is not None and running is not request):
+            return False
+        self._interrupt_worker(worker)
+        # A cell that ignores the interrupt (C code, a handler of its own) is killed after this grace.
+        worker.cut_short(_INTERRUPT_GRACE_S + self.kill_grace_s)
+        return True
+
+    def _interrupt_worker(self, worker: WorkerHandle) -> None:
+        """Stop the request the worker is serving (or will serve): its id into the worker's
+        interrupt pipe, then the zygote rings the bell (SIGUSR1). Ids make it exact: an interrupt
+        that arrives after its request finished is ignored, never applied to the next one."""
+        if worker.pending and worker.post_interrupt(worker.pending):
+            self._zygote.interrupt(worker.token)
+
     def _start_worker(self, state: _SessionState, *, restarted: bool) -> WorkerHandle:
         self._ensure_zygote()
         with self._lock:
@@ -462,6 +543,7 @@ class SubprocessBoundary(BaseBoundary):
             host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
+            int_r, int_w = os.pipe()
             for fd in (out_r, err_r):
                 os.set_blocking(fd, False)
                 if hasattr(fcntl, "F_SETPIPE_SZ"):  # room to batch output reads (Linux)
@@ -471,18 +553,18 @@ class SubprocessBoundary(BaseBoundary):
                 self._zygote.spawn(
                     token,
                     {"session": state.name, "workspace": str(state.workspace), "restarted": restarted},
-                    [worker_end.fileno(), out_w, err_w],
+                    [worker_end.fileno(), out_w, err_w, int_r],
                 )
             except BaseException:
                 host_end.close()
-                os.close(out_r)
-                os.close(err_r)
+                for fd in (out_r, err_r, int_w):
+                    os.close(fd)
                 raise
             finally:
                 worker_end.close()
-                os.close(out_w)
-                os.close(err_w)
-            worker = WorkerHandle(token, host_end, out_r, err_r)
+                for fd in (out_w, err_w, int_r):
+                    os.close(fd)
+            worker = WorkerHandle(token, host_end, out_r, err_r, int_w)
             with self._lock:
                 state.worker = worker
                 self._handles[token] = worker
@@ -493,7 +575,11 @@ class SubprocessBoundary(BaseBoundary):
 
     def _await_ready(self, state: _SessionState, worker: WorkerHandle) -> None:
         err = OutputSink(4000)
-        reply = worker.wait(time.monotonic() + _START_TIMEOUT_S, None, err)
+        try:
+            reply = worker.wait(time.monotonic() + _START_TIMEOUT_S, None, err)
+        except BaseException:
+            self._retire(state, worker, drain=(None, None))  # nothing in it yet worth keeping
+            raise
         if isinstance(reply, tuple) and reply[0] == P.READY:
             worker.pid = int(json.loads(reply[1])["pid"])
             return
@@ -529,9 +615,22 @@ class SubprocessBoundary(BaseBoundary):
         self, state: _SessionState, worker: WorkerHandle, kind: int, request: dict[str, Any]
     ) -> tuple[int, bytes]:
         budget = min(self.limits.timeout_s, 5.0) + _QUERY_SLACK_S + self.kill_grace_s
+        if worker.abandoned:
+            settled = self._settle(state, worker)
+            if settled is None:
+                raise BoundaryError(
+                    f"the worker of session {state.name!r} did not stop an interrupted call and was "
+                    "stopped; the session restarts empty on its next run"
+                )
+            worker = settled
         reply: tuple[int, bytes] | Died | TimedOut = Died()
-        if worker.send_json(kind, request):
-            reply = worker.wait(time.monotonic() + budget)
+        rid = worker.send_json(kind, request)
+        if rid:
+            try:
+                reply = worker.wait(time.monotonic() + budget, rid=rid)
+            except BaseException:
+                self._abandon(state, worker)
+                raise
         state.last_used = time.monotonic()
         if isinstance(reply, tuple):
             if reply[0] == P.FAILED:

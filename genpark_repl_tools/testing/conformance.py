@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import ctypes
 import json
 import threading
 import time
@@ -269,3 +271,111 @@ class BoundaryConformance:
 
         results = asyncio.run(main())
         assert [r.value for r in results] == ["0", "2", "4", "6"]
+
+    # ---- interrupts and abandoned calls -----------------------------------------------------------
+
+    @pytest.fixture
+    def patient(self, make_engine: MakeEngine) -> ReplEngine:
+        # A long timeout: only the interrupt under test may stop the loop.
+        return make_engine(policy="trusted", limits=Limits(timeout_s=60.0))
+
+    def test_interrupt_stops_running_code_and_keeps_session(self, patient: ReplEngine) -> None:
+        patient.run("x = 21", session="i")
+        results: list[ExecutionResult] = []
+        runner = threading.Thread(target=lambda: results.append(patient.run(INFINITE_LOOP, session="i")))
+        runner.start()
+        deadline = time.monotonic() + INTERRUPT_BOUND_S
+        while not patient.interrupt("i"):  # False until the loop is running
+            assert time.monotonic() < deadline, "the loop never started"
+            time.sleep(0.01)
+        runner.join(INTERRUPT_BOUND_S)
+        assert not runner.is_alive(), "interrupt() did not stop the loop"
+        (result,) = results
+        assert result.status == "cancelled"
+        assert result.error is not None and result.error.type == "Cancelled"
+        assert "interrupted" in result.to_observation()
+        assert patient.run("x, n > 0", session="i").value == "(21, True)"
+
+    def test_interrupt_with_nothing_running(self, patient: ReplEngine) -> None:
+        assert patient.interrupt("nobody") is False
+        patient.run("y = 1", session="idle")
+        assert patient.interrupt("idle") is False
+        assert patient.run("y + 1", session="idle").value == "2"
+
+    def test_host_interrupted_mid_call_keeps_replies_in_step(self, patient: ReplEngine) -> None:
+        # Ctrl-C in a synchronous host (KeyboardInterrupt in the main thread) while the code runs.
+        patient.run("x = 21", session="s")
+        timer = threading.Timer(0.5, _thread.interrupt_main)
+        timer.start()
+        try:
+            outcome: ExecutionResult | None = patient.run(INFINITE_LOOP, session="s")
+        except KeyboardInterrupt:
+            outcome = None  # the boundary let the host's interrupt through
+        finally:
+            timer.cancel()
+        if outcome is not None:  # the interrupt landed in the code: it is the cell's own
+            assert outcome.status in ("error", "cancelled")
+        self._assert_in_step(patient, "s")
+
+    def test_thread_abandoned_mid_call_keeps_replies_in_step(self, patient: ReplEngine) -> None:
+        # An exception raised into a thread while it waits for the boundary (as a framework's
+        # cancellation of a worker thread does).
+        patient.run("x = 21", session="t")
+        outcomes: list[object] = []
+
+        def call() -> None:
+            try:
+                outcomes.append(patient.run(INFINITE_LOOP, session="t"))
+            except _Abandon:
+                outcomes.append("abandoned")
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        time.sleep(0.5)
+        assert caller.ident is not None
+        _raise_in_thread(caller.ident, _Abandon)
+        caller.join(INTERRUPT_BOUND_S)
+        if caller.is_alive():  # a C-level wait can delay it; raise again once
+            _raise_in_thread(caller.ident, _Abandon)
+            caller.join(INTERRUPT_BOUND_S)
+        assert not caller.is_alive()
+        self._assert_in_step(patient, "t")
+
+    def test_cancelled_arun_stops_the_code(self, patient: ReplEngine) -> None:
+        patient.run("x = 21", session="c")
+
+        async def main() -> None:
+            task = asyncio.create_task(patient.arun(INFINITE_LOOP, session="c"))
+            await asyncio.sleep(0.5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(main())
+        # The loop holds the session until it stops: a prompt next call shows it stopped (the
+        # timeout is 60 s, the bound much less).
+        done: list[ExecutionResult] = []
+        follower = threading.Thread(target=lambda: done.append(patient.run("x", session="c")))
+        follower.start()
+        follower.join(INTERRUPT_BOUND_S)
+        assert done and done[0].value == "21", "the cancelled call's code kept running"
+        self._assert_in_step(patient, "c")
+
+    @staticmethod
+    def _assert_in_step(engine: ReplEngine, session: str) -> None:
+        assert engine.run("x", session=session).value == "21"
+        for word in ("second", "third", "fourth"):
+            result = engine.run(repr(word), session=session)
+            assert (result.status, result.value) == ("ok", repr(word))
+
+
+# An interrupt lands within ~50 ms on a quiet machine; the bound allows a loaded CI machine.
+INTERRUPT_BOUND_S = 10.0
+
+
+class _Abandon(Exception):
+    """Raised into a thread to make it abandon the call it is waiting on."""
+
+
+def _raise_in_thread(tid: int, exc: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(exc))

@@ -136,7 +136,14 @@ def test_boundary_instance_excludes_boundary_options() -> None:
 
 def test_result_json_schema_is_available() -> None:
     schema = ExecutionResult.model_json_schema()
-    assert schema["properties"]["status"]["enum"] == ["ok", "error", "blocked", "timeout", "crashed"]
+    assert schema["properties"]["status"]["enum"] == [
+        "ok",
+        "error",
+        "blocked",
+        "timeout",
+        "cancelled",
+        "crashed",
+    ]
     json.dumps(schema)
 
 

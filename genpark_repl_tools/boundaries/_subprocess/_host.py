@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import itertools
 import json
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -43,6 +45,10 @@ _DRAIN_AFTER_REPLY_BYTES = 4 << 20
 _OUTPUT_BATCH_S = 0.002
 PIPE_BUFFER_BYTES = 256 * 1024
 _EXITS_KEPT = 4096
+_RID = struct.Struct("!I")
+# A thread waiting for a reply wakes at least this often, so an exception raised into it (a
+# framework abandoning the call) takes effect and the call is abandoned cleanly (see _abandon).
+_POLL_CAP_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,9 @@ class Died:
 
 @dataclass(frozen=True)
 class TimedOut:
-    """No reply before the deadline."""
+    """No reply before the deadline (`interrupted`: the deadline an interrupt cut short)."""
+
+    interrupted: bool = False
 
 
 class OutputSink:
@@ -81,59 +89,99 @@ class OutputSink:
 class WorkerHandle:
     """The host's end of one worker: its socket and the read ends of its stdout/stderr pipes."""
 
-    def __init__(self, token: str, sock: socket.socket, out_r: int, err_r: int) -> None:
+    def __init__(self, token: str, sock: socket.socket, out_r: int, err_r: int, interrupt_w: int) -> None:
         self.token = token
         self.sock = sock
         self.out_r = out_r
         self.err_r = err_r
+        self.interrupt_w = interrupt_w  # request ids to stop, for the worker's SIGUSR1 handler
         self.pid: int | None = None
         self.dead = False
         self.frames = P.FrameBuffer()
+        # Every request carries a fresh id and the worker echoes it: `wait` drops the late reply of a
+        # call that was abandoned mid-flight instead of handing it to the next caller.
+        self._rids = itertools.count(1)
+        self.pending = 0  # id of the request sent and not answered yet (0: none)
+        self.abandoned = False  # its caller gave up waiting; the next caller settles it first
+        # interrupt() moves the deadline of the wait in progress forward and wakes it.
+        self.cut_deadline = float("inf")
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
         self._poll = select.poll()
-        self._open: dict[int, int] = {}  # fd -> 0 socket, 1 stdout, 2 stderr
-        for fd, which in ((sock.fileno(), 0), (out_r, 1), (err_r, 2)):
+        self._open: dict[int, int] = {}  # fd -> 0 socket, 1 stdout, 2 stderr, 3 wake-up
+        for fd, which in ((sock.fileno(), 0), (out_r, 1), (err_r, 2), (self._wake_r, 3)):
             self._poll.register(fd, select.POLLIN)
             self._open[fd] = which
 
-    def send(self, kind: int, payload: bytes = b"") -> bool:
+    def send(self, kind: int, payload: bytes = b"") -> int:
+        """Send one request; its id, or 0 if the worker is gone."""
+        rid = next(self._rids)
         try:
-            self.sock.sendall(P.encode(kind, payload))
+            self.sock.sendall(P.encode(kind, payload, rid))
+        except OSError:
+            return 0
+        self.pending = rid
+        self.abandoned = False
+        self.cut_deadline = float("inf")
+        return rid
+
+    def send_json(self, kind: int, obj: Any) -> int:
+        return self.send(kind, json.dumps(obj, separators=(",", ":")).encode())
+
+    def post_interrupt(self, rid: int) -> bool:
+        """Tell the worker which request to stop (before the zygote signals it)."""
+        try:
+            os.write(self.interrupt_w, _RID.pack(rid))
         except OSError:
             return False
         return True
 
-    def send_json(self, kind: int, obj: Any) -> bool:
-        return self.send(kind, json.dumps(obj, separators=(",", ":")).encode())
+    def cut_short(self, grace_s: float) -> None:
+        """Make the wait in progress give up `grace_s` from now (thread-safe; called by interrupt)."""
+        self.cut_deadline = min(self.cut_deadline, time.monotonic() + grace_s)
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"!")
 
     def wait(
-        self, deadline: float, out: OutputSink | None = None, err: OutputSink | None = None
+        self,
+        deadline: float,
+        out: OutputSink | None = None,
+        err: OutputSink | None = None,
+        rid: int = 0,
     ) -> tuple[int, bytes] | Died | TimedOut:
-        """Pump output until a frame arrives, the socket closes, or the deadline passes."""
+        """Pump output until the frame answering request `rid` arrives (0: an unsolicited frame such
+        as READY), the socket closes, or the deadline passes. Frames answering other requests are
+        late replies to abandoned calls: dropped."""
         sinks = (None, out, err)
         sock_fd = self.sock.fileno()
         muted_until = 0.0
         try:
             while True:
                 try:
-                    frame = self.frames.next()
+                    tagged = self.frames.next_tagged()
                 except P.ProtocolError:
                     return Died()
-                if frame is not None:
+                if tagged is not None:
+                    if tagged[1] != rid:
+                        continue
+                    if rid == self.pending:
+                        self.pending = 0
                     self.drain(out, err, limit=_DRAIN_AFTER_REPLY_BYTES)
-                    return frame
+                    return tagged[0], tagged[2]
                 if sock_fd not in self._open:
                     return Died()
                 now = time.monotonic()
-                remaining = deadline - now
+                cut = self.cut_deadline
+                remaining = min(deadline, cut) - now
                 if remaining <= 0:
-                    return TimedOut()
+                    return TimedOut(interrupted=cut < deadline)
                 if muted_until:
                     if now >= muted_until:
                         self._watch_output(True)
                         muted_until = 0.0
                     else:
                         remaining = min(remaining, muted_until - now)
-                for fd, _ in self._poll.poll(min(remaining, 3600.0) * 1000 + 1):
+                for fd, _ in self._poll.poll(min(remaining, _POLL_CAP_S) * 1000 + 1):
                     which = self._open.get(fd)
                     if which == 0:
                         try:
@@ -144,6 +192,9 @@ class WorkerHandle:
                             self.frames.feed(data)
                         else:
                             self._close_fd(fd)
+                    elif which == 3:
+                        with contextlib.suppress(OSError):
+                            os.read(fd, 64)
                     elif which is not None:
                         self._read_output(fd, sinks[which])
                         if not muted_until:
@@ -154,7 +205,7 @@ class WorkerHandle:
                 self._watch_output(True)
 
     def _watch_output(self, on: bool) -> None:
-        for fd in (self.out_r, self.err_r):
+        for fd in (self.out_r, self.err_r):  # the wake-up pipe stays watched
             if fd in self._open:
                 self._poll.modify(fd, select.POLLIN if on else 0)
 
@@ -210,7 +261,7 @@ class WorkerHandle:
         self.dead = True
         self._open.clear()
         self.sock.close()
-        for fd in (self.out_r, self.err_r):
+        for fd in (self.out_r, self.err_r, self._wake_r, self._wake_w, self.interrupt_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -345,11 +396,18 @@ class ZygoteClient:
                 raise BoundaryError(f"the zygote is not reachable: {exc}") from exc
 
     def kill(self, token: str) -> None:
+        self._tell(P.KILL, token)
+
+    def interrupt(self, token: str) -> None:
+        """Ask the worker to stop its running cell (SIGUSR1; the worker turns it into a cancel)."""
+        self._tell(P.INTERRUPT, token)
+
+    def _tell(self, kind: int, token: str) -> None:
         ctl = self._ctl
         if ctl is None:
             return
         with self._send_lock, contextlib.suppress(OSError):
-            P.send_frame(ctl, P.KILL, json.dumps({"token": token}).encode())
+            P.send_frame(ctl, kind, json.dumps({"token": token}).encode())
 
     def wait_exit(self, token: str, timeout: float) -> int | None:
         """Exit code (negative: signal number) of the worker, once the zygote reaped it."""

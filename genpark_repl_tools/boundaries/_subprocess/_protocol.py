@@ -1,4 +1,9 @@
-"""Frames on the host <-> zygote and host <-> worker sockets: 4-byte length, 1-byte kind, payload.
+"""Frames on the host <-> zygote and host <-> worker sockets: 4-byte length, 1-byte kind, 4-byte
+request id, payload.
+
+The worker echoes the id of the request it answers, so the host can tell the reply it waits for from
+the late reply of a call it abandoned (a KeyboardInterrupt or a cancelled task while it waited):
+a reply is never delivered to the wrong call. Frames that answer no request carry id 0.
 
 Stream sockets (not SEQPACKET) so the same code works on macOS. File descriptors travel with
 SCM_RIGHTS on the frame that needs them; the zygote queues them in arrival order.
@@ -21,7 +26,7 @@ __all__ = [
     "send_frame",
 ]
 
-HEADER = struct.Struct("!IB")
+HEADER = struct.Struct("!IBI")
 # A result is bounded by Limits (output, reprs), but a session with very many variables can still
 # produce a large change list; beyond this the peer is broken or hostile.
 MAX_FRAME = 256 * 1024 * 1024
@@ -43,6 +48,7 @@ FAILED = ord("E")
 CONFIG = ord("C")
 SPAWN = ord("S")
 KILL = ord("K")
+INTERRUPT = ord("I")
 QUIT = ord("Q")
 # zygote -> host
 HELLO = ord("H")
@@ -54,16 +60,18 @@ class ProtocolError(Exception):
     """The peer sent something that is not a valid frame (or closed mid-frame)."""
 
 
-def encode(kind: int, payload: bytes = b"") -> bytes:
-    return HEADER.pack(len(payload), kind) + payload
+def encode(kind: int, payload: bytes = b"", rid: int = 0) -> bytes:
+    return HEADER.pack(len(payload), kind, rid) + payload
 
 
-def encode_json(kind: int, obj: Any) -> bytes:
-    return encode(kind, json.dumps(obj, separators=(",", ":")).encode())
+def encode_json(kind: int, obj: Any, rid: int = 0) -> bytes:
+    return encode(kind, json.dumps(obj, separators=(",", ":")).encode(), rid)
 
 
-def send_frame(sock: socket.socket, kind: int, payload: bytes = b"", fds: list[int] | None = None) -> None:
-    data = encode(kind, payload)
+def send_frame(
+    sock: socket.socket, kind: int, payload: bytes = b"", fds: list[int] | None = None, rid: int = 0
+) -> None:
+    data = encode(kind, payload, rid)
     if fds:
         sent = sock.sendmsg(
             [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
@@ -89,8 +97,8 @@ def _recv_exact(sock: socket.socket, n: int, *, at_boundary: bool = False) -> by
 
 
 def recv_frame(sock: socket.socket) -> tuple[int, bytes]:
-    """Blocking read of one frame; EOFError on a clean close between frames."""
-    length, kind = HEADER.unpack(_recv_exact(sock, HEADER.size, at_boundary=True))
+    """Blocking read of one frame (kind, payload); EOFError on a clean close between frames."""
+    length, kind, _ = HEADER.unpack(_recv_exact(sock, HEADER.size, at_boundary=True))
     if length > MAX_FRAME:
         raise ProtocolError(f"frame of {length:,} bytes exceeds the {MAX_FRAME:,}-byte limit")
     return kind, _recv_exact(sock, length) if length else b""
@@ -111,10 +119,16 @@ class FrameBuffer:
         return bool(self._buf)
 
     def next(self) -> tuple[int, bytes] | None:
+        """The next whole frame as (kind, payload), or None."""
+        frame = self.next_tagged()
+        return None if frame is None else (frame[0], frame[2])
+
+    def next_tagged(self) -> tuple[int, int, bytes] | None:
+        """The next whole frame as (kind, request id, payload), or None."""
         buf = self._buf
         if len(buf) < HEADER.size:
             return None
-        length, kind = HEADER.unpack_from(buf)
+        length, kind, rid = HEADER.unpack_from(buf)
         if length > MAX_FRAME:
             raise ProtocolError(f"frame of {length:,} bytes exceeds the {MAX_FRAME:,}-byte limit")
         end = HEADER.size + length
@@ -122,4 +136,4 @@ class FrameBuffer:
             return None
         payload = bytes(buf[HEADER.size : end])
         del buf[:end]
-        return kind, payload
+        return kind, rid, payload

@@ -18,23 +18,28 @@ import functools
 import io
 import json
 import os
+import signal
 import socket
+import struct
 import sys
+import threading
 import time
 from typing import Any
 
+from ..._boundary import ExecutionRequest, cancelled_before_start
 from ..._compile import compile_cell
 from ..._introspect import describe
 from ..._limits import Limits
 from ..._models import ErrorInfo, ExecutionResult, VariableInfo
 from ..._runner import Session, call_guarded, run_cell
-from ..._watchdog import ExecutionTimeout
+from ..._watchdog import ExecutionTimeout, watchdog
 from ...policy import PolicyRuntime
 from . import _protocol as P
 
 __all__ = ["serve"]
 
 _FLUSH_AT = 8192
+_RID = struct.Struct("!I")
 # The first lines of each call are written one by one, so the output before a crash survives it.
 # A call that keeps printing is batched (8 KiB or 10 ms) instead: a print loop then costs a few
 # hundred writes, not one per line, and a crash loses at most its last 10 ms of output.
@@ -158,9 +163,19 @@ class _Worker:
     """
 
     def __init__(
-        self, sock: socket.socket, session: Session, runtime: PolicyRuntime, limits: Limits, boundary: str
+        self,
+        sock: socket.socket,
+        interrupt_fd: int,
+        session: Session,
+        runtime: PolicyRuntime,
+        limits: Limits,
+        boundary: str,
     ) -> None:
         self.sock = sock
+        self.interrupt_fd = interrupt_fd
+        self.current = 0  # id of the request being served (0: between requests)
+        self.started = 0  # highest request id served so far
+        self.cancelled: set[int] = set()  # ids interrupted before they started
         self.session = session
         self.runtime = runtime
         self.limits = limits
@@ -171,23 +186,57 @@ class _Worker:
         P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
         frames = P.FrameBuffer()
         while True:
-            frame = frames.next()
+            frame = frames.next_tagged()
             if frame is None:
                 data = self.sock.recv(1 << 16)  # one syscall per request, however it is framed
                 if not data:
                     return
                 frames.feed(data)
                 continue
-            kind, payload = frame
-            if kind == P.EXEC:
-                reply_kind, reply = P.RESULT, self._exec(payload)
-            else:
-                try:
-                    reply_kind, reply = self._query(kind, payload)
-                except Exception as exc:  # an infrastructure failure here; tell the host what broke
-                    reply_kind, reply = P.FAILED, f"{type(exc).__name__}: {exc}".encode()
+            kind, rid, payload = frame
+            self.current = self.started = rid
+            try:
+                if rid in self.cancelled:
+                    self.cancelled.discard(rid)
+                    reply_kind, reply = P.RESULT, self._cancelled(payload)
+                elif kind == P.EXEC:
+                    reply_kind, reply = P.RESULT, self._exec(payload)
+                else:
+                    try:
+                        reply_kind, reply = self._query(kind, payload)
+                    except Exception as exc:  # an infrastructure failure here; tell the host what broke
+                        reply_kind, reply = P.FAILED, f"{type(exc).__name__}: {exc}".encode()
+            finally:
+                self.current = 0
+                self.session.cancel_pending = False
             _flush_all()
-            P.send_frame(self.sock, reply_kind, reply)
+            P.send_frame(self.sock, reply_kind, reply, rid=rid)
+
+    def on_interrupt(self, signum: int, frame: Any) -> None:
+        """SIGUSR1: the host wrote request ids to stop into the interrupt pipe.
+
+        Runs in the main thread between two bytecodes, so it only reads a pipe and stores flags:
+        the running request is cancelled (the runner arms it even if the cell has not started
+        yet), a request not started yet is remembered, a finished one is ignored.
+        """
+        try:
+            data = os.read(self.interrupt_fd, 4096)
+        except OSError:
+            return
+        for (rid,) in _RID.iter_unpack(data[: len(data) - len(data) % _RID.size]):
+            if rid == self.current:
+                self.session.cancel_pending = True
+                watchdog.cancel_thread(threading.main_thread().ident)
+            elif rid > self.started:
+                self.cancelled.add(rid)
+
+    def _cancelled(self, payload: bytes) -> bytes:
+        del payload
+        request = ExecutionRequest("", self.session.name)
+        result = cancelled_before_start(
+            request, self.runtime.name, self.boundary, self.session.execution_count
+        )
+        return result.model_dump_json().encode()
 
     def _exec(self, payload: bytes) -> bytes:
         request = json.loads(payload)
@@ -274,6 +323,7 @@ class _Worker:
 
 def serve(
     sock: socket.socket,
+    interrupt_fd: int,
     session_name: str,
     runtime: PolicyRuntime,
     limits: Limits,
@@ -285,4 +335,10 @@ def serve(
     _install_streams()
     session = Session(session_name, runtime)
     session.restarted = restarted
-    _Worker(sock, session, runtime, limits, boundary).loop()
+    worker = _Worker(sock, interrupt_fd, session, runtime, limits, boundary)
+    # engine.interrupt and abandoned calls: the host writes the request id to the interrupt pipe and
+    # the zygote sends SIGUSR1. The watchdog raises in the code at its next pass, with the same
+    # race-free machinery as a timeout.
+    os.set_blocking(interrupt_fd, False)
+    signal.signal(signal.SIGUSR1, worker.on_interrupt)
+    worker.loop()

@@ -45,6 +45,10 @@ _PARENT_CHECK_S = 1.0
 _SHUTDOWN_WAIT_S = 5.0
 _EXIT_SETUP_FAILED = 70
 
+# Each spawn request carries the worker's socket, its stdout and stderr pipes, and the read end of
+# its interrupt pipe (request ids the host wants stopped; a SIGUSR1 from here rings the bell).
+_FDS_PER_WORKER = 4
+
 
 class _Zygote:
     """The fork template's state and loop.
@@ -175,15 +179,17 @@ class _Zygote:
                 self._spawn(json.loads(payload))
             elif kind == P.KILL:
                 self._kill(json.loads(payload)["token"])
+            elif kind == P.INTERRUPT:
+                self._interrupt(json.loads(payload)["token"])
             elif kind == P.QUIT:
                 self.shutdown()
 
     def _spawn(self, request: dict[str, Any]) -> None:
         token = request["token"]
-        if len(self.fds) < 3:
+        if len(self.fds) < _FDS_PER_WORKER:
             self._send(P.SPAWN_FAILED, {"token": token, "error": "the spawn request carried no descriptors"})
             return
-        fds = [self.fds.popleft() for _ in range(3)]
+        fds = [self.fds.popleft() for _ in range(_FDS_PER_WORKER)]
         try:
             pid = os.fork()
         except OSError as exc:
@@ -201,12 +207,16 @@ class _Zygote:
         self.by_token[token] = pid
         self.by_pid[pid] = token
 
-    def _become_worker(self, request: dict[str, Any], sock_fd: int, out_fd: int, err_fd: int) -> NoReturn:
+    def _become_worker(
+        self, request: dict[str, Any], sock_fd: int, out_fd: int, err_fd: int, interrupt_fd: int
+    ) -> NoReturn:
         code = 0
         try:
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGCHLD, signal.SIGTERM):
                 signal.signal(signum, signal.SIG_DFL)
+            # An interrupt that arrives before serve() installs its handler must not kill the worker.
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
             self.selector.close()
             self.ctl.close()
             devnull = os.open(os.devnull, os.O_RDONLY)
@@ -216,7 +226,7 @@ class _Zygote:
             assert self.prepared is not None
             assert self.runtime is not None
             assert self.limits is not None
-            keep = {0, 1, 2, sock_fd, *self.prepared.inherited_fds()}
+            keep = {0, 1, 2, sock_fd, interrupt_fd, *self.prepared.inherited_fds()}
             _close_all_but(keep)
             workspace = request["workspace"]
             os.environ.update({"HOME": workspace, "TMPDIR": workspace, "PWD": workspace})
@@ -231,8 +241,10 @@ class _Zygote:
             _sandbox.apply(self.prepared, workspace)
             os.set_inheritable(sock_fd, False)
             sock = socket.socket(fileno=sock_fd)
+            os.set_inheritable(interrupt_fd, False)
             serve(
                 sock,
+                interrupt_fd,
                 request["session"],
                 runtime,
                 self.limits,
@@ -253,6 +265,14 @@ class _Zygote:
         pid = self.by_token.get(token)
         if pid is not None:
             _kill_group(pid)
+
+    def _interrupt(self, token: str) -> None:
+        # Only the worker itself, not its group: the worker turns SIGUSR1 into a cancel of its cell.
+        # The pid is ours until we reap it, so it cannot name another process.
+        pid = self.by_token.get(token)
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGUSR1)
 
     def _reap(self) -> None:
         while True:
