@@ -35,7 +35,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from genpark_repl_tools import Limits, ReplEngine
 
 SYSTEM_PROMPT = (
-    "You are a data analyst. Use the python_repl tool for every calculation and answer from its output. "
+    "You are a data analyst. Use the run_python tool for every calculation and answer from its output. "
     "Variables persist between calls in this conversation, so reuse them instead of retyping data."
 )
 QUESTIONS = [
@@ -74,8 +74,8 @@ class ScriptedModel(GenericFakeChatModel):
         return result
 
 
-def _code(call_id: str, code: str, tool: str = "python_repl") -> AIMessage:
-    args = {"code": code} if tool == "python_repl" else {}
+def _code(call_id: str, code: str, tool: str = "run_python") -> AIMessage:
+    args = {"code": code} if tool == "run_python" else {}
     return AIMessage(content="", tool_calls=[ToolCall(name=tool, args=args, id=call_id, type="tool_call")])
 
 
@@ -89,7 +89,7 @@ def scripted_replies() -> Iterator[AIMessage | str]:
     yield "The best month was {out}; the mean is in the output above."
     yield _code("call-2", "months = list(sales)\nround(100 * (sales[months[-1]] / sales[months[0]] - 1), 1)")
     yield "Sales grew {out} % from the first to the last month."
-    yield _code("call-3", "", tool="python_variables")
+    yield _code("call-3", "", tool="list_variables")
     yield "{observation}"
     yield _code("call-4", "max(sales, key=sales.get)")  # the other thread: no `sales` there
     yield "This conversation has no sales data yet ({first}). Please share the numbers."

@@ -119,8 +119,19 @@ def value_repr(obj: Any, limit: int) -> tuple[str, bool]:
     return bounded_repr(obj, limit)
 
 
+_PACKAGE = __name__.partition(".")[0]
+
+
 def type_name(obj: Any) -> str:
     cls = type(obj)
+    if isinstance(obj, types.ModuleType):
+        return "module"  # a policy's module view is a module to the code and to the model
+    # The engine's own stand-ins (guards, views) are named by what they stand for: the first class
+    # in their MRO that is not the engine's. Internal names never reach the model.
+    for base in cls.__mro__:
+        if not str(getattr(base, "__module__", "")).startswith(_PACKAGE):
+            cls = base
+            break
     module = getattr(cls, "__module__", "builtins")
     qual = getattr(cls, "__qualname__", cls.__name__)
     # Classes the session defined live in its "__main__"; the prefix would only be noise.

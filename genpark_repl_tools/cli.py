@@ -6,7 +6,7 @@
     genpark-repl mcp                      an MCP stdio server (needs genpark-repl-tools[mcp])
 
 Exit codes of `run` (and `audit`): 0 ok, 1 error in the code (audit: a syntax error), 2 usage or setup
-error, 3 blocked by the policy, 4 timeout, 5 crashed.
+error (or the engine failed), 3 blocked by the policy, 4 timeout, 5 crashed, 6 cancelled.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import base64
 import binascii
 import codeop
 import contextlib
+import json
 import os
 import sys
 import tokenize
@@ -27,15 +28,17 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
+from . import tools
 from ._engine import ReplEngine
-from ._exceptions import MissingDependency, ReplError, SessionNotFound, VariableNotFound
+from ._exceptions import MissingDependency, ReplError
 from ._limits import Limits
-from ._models import ExecutionResult, VariableInfo
-from ._observation import variable_label
+from ._models import ExecutionResult
 from .policy import Policy
+from .tools import ToolReply
 
 __all__ = [
     "EXIT_BLOCKED",
+    "EXIT_CANCELLED",
     "EXIT_CRASHED",
     "EXIT_ERROR",
     "EXIT_OK",
@@ -54,6 +57,7 @@ EXIT_USAGE = 2  # argparse's own code for a bad command line
 EXIT_BLOCKED = 3
 EXIT_TIMEOUT = 4
 EXIT_CRASHED = 5
+EXIT_CANCELLED = 6
 
 _STATUS_EXIT = {
     "ok": EXIT_OK,
@@ -61,6 +65,7 @@ _STATUS_EXIT = {
     "blocked": EXIT_BLOCKED,
     "timeout": EXIT_TIMEOUT,
     "crashed": EXIT_CRASHED,
+    "cancelled": EXIT_CANCELLED,
 }
 
 _PROG = "genpark-repl"
@@ -176,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[policy_opts, engine_opts, output_opts],
         description="Run Python the way an LLM agent's tool does: per-session namespaces, policies, "
         "limits and structured telemetry. Without a command: an interactive REPL.",
-        epilog="exit codes (run, audit): 0 ok, 1 error, 2 usage, 3 blocked, 4 timeout, 5 crashed",
+        epilog="exit codes (run, audit): 0 ok, 1 error, 2 usage, 3 blocked, 4 timeout, 5 crashed, "
+        "6 cancelled",
     )
     from . import __version__
 
@@ -302,8 +308,11 @@ def _read_source(file: str) -> tuple[str, str]:
 def _cmd_run(args: argparse.Namespace) -> int:
     code, name = _read_source(args.file)
     with _make_engine(args) as engine:
-        result = engine.run(code, session="run")
-        print(_render(result, engine, getattr(args, "json", False)))
+        reply = tools.run_python(engine, code, "run")
+        print(_render(reply, getattr(args, "json", False)))
+        result = reply.result
+        if result is None:  # the engine itself failed; the reply says how
+            return EXIT_USAGE
         figures = getattr(args, "save_figures", None)
         if figures is not None:
             try:
@@ -347,10 +356,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _render(result: ExecutionResult, engine: ReplEngine, as_json: bool) -> str:
-    if as_json:
-        return result.model_dump_json(indent=2)
-    return result.to_observation(max_chars=engine.limits.max_observation_chars)
+def _render(reply: ToolReply, as_json: bool) -> str:
+    # json.dumps escapes what a terminal or a pipe could not carry (lone surrogates, control bytes).
+    return json.dumps(reply.data, indent=2) if as_json else reply.text
 
 
 def save_figures(result: ExecutionResult, directory: Path, prefix: str = "figure") -> list[Path]:
@@ -536,15 +544,13 @@ class _ReplState:
 
     def run(self, source: str) -> None:
         try:
-            result = self.engine.run(source, session=_REPL_SESSION)
+            reply = tools.run_python(self.engine, source, _REPL_SESSION)
         except KeyboardInterrupt:
             self.say("KeyboardInterrupt")
             return
-        except ReplError as exc:
-            self.say(f"{type(exc).__name__}: {exc}")
-            return
-        self.say(_render(result, self.engine, self.json_output))
-        if self.figures_dir is not None:
+        self.say(_render(reply, self.json_output))
+        result = reply.result
+        if self.figures_dir is not None and result is not None:
             try:
                 for path in save_figures(result, self.figures_dir):
                     self.say(f"Saved figure: {path}")
@@ -572,34 +578,16 @@ class _ReplState:
         return True
 
     def _vars(self) -> None:
-        try:
-            variables = self.engine.variables(_REPL_SESSION)
-        except SessionNotFound:
-            variables = []
-        if not variables:
-            self.say("No variables.")
-        for info in variables:
-            self.say(_variable_line(info))
+        self.say(_render(tools.list_variables(self.engine, _REPL_SESSION), self.json_output))
 
     def _inspect(self, name: str) -> None:
         if not name:
             self.say("Usage: :inspect NAME")
             return
-        try:
-            info = self.engine.inspect(name, _REPL_SESSION)
-        except (SessionNotFound, VariableNotFound):
-            self.say(f"No variable {name!r}; :vars lists them.")
-            return
-        if self.json_output:
-            self.say(info.model_dump_json(indent=2))
-            return
-        for field, value in info.model_dump(exclude_none=True).items():
-            self.say(f"{field:>14}: {value}")
+        self.say(_render(tools.inspect_variable(self.engine, name, _REPL_SESSION), self.json_output))
 
     def _reset(self) -> None:
-        with contextlib.suppress(SessionNotFound):  # nothing ran yet: already empty
-            self.engine.reset(_REPL_SESSION)
-        self.say("Session reset: every variable is gone.")
+        self.say(_render(tools.reset_session(self.engine, _REPL_SESSION), self.json_output))
 
     def _policy(self, name: str) -> None:
         if not name:
@@ -622,10 +610,6 @@ class _ReplState:
         self.engine.close()
         self.engine = engine
         self.say(f"Policy '{engine.policy.name}' now; the session starts empty.")
-
-
-def _variable_line(info: VariableInfo) -> str:
-    return f"{info.name} ({variable_label(info)}) = {info.repr}"
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import tools
 from ._engine import ReplEngine
-from ._exceptions import MissingDependency, ReplError
+from ._exceptions import MissingDependency
 from ._models import ExecutionResult, VariableInfo
-from ._observation import variable_label
+from .tools import ToolReply
 
 
 def _missing_sdk_message(error: ImportError) -> str:
@@ -79,13 +80,17 @@ _INSTRUCTIONS = (
     "pass the session_id from its result to later calls to keep using its variables."
 )
 
+# What MCP adds to the core's tool descriptions: the protocol is stateless, so sessions are handles.
+_RUN_HANDLE = " Pass the session_id from a result to keep its variables; omit it to start a new session."
+_RESET_HANDLE = " The session_id stays valid for run_python."
+
 # Shown to the model in the input schemas: the argument contract is part of the API.
-_CODE = Field(description="Python code. A trailing expression's value is shown, as in a REPL.")
+_CODE = Field(description=tools.RUN_PYTHON.arguments["code"])
 _NEW_OR_OLD_SESSION = Field(
     description="session_id from an earlier result, to keep its variables. Omit to start a new session."
 )
 _SESSION = Field(description="session_id returned by run_python.")
-_NAME = Field(description="Variable name, e.g. 'df'.")
+_NAME = Field(description=tools.INSPECT_VARIABLE.arguments["name"])
 
 
 # ---- structured output (the telemetry, with an output schema) -----------------------------------
@@ -123,7 +128,7 @@ class VariablesOutput(_Output):
 
 class InspectOutput(_Output):
     session_id: str
-    variable: VariableInfo
+    variable: VariableInfo | None = Field(description="None when the name is not defined (is_error).")
 
 
 class ResetOutput(_Output):
@@ -131,25 +136,30 @@ class ResetOutput(_Output):
     reset: bool = Field(description="True: every variable of the session is gone.")
 
 
-# ---- rendering ---------------------------------------------------------------------------------
+# ---- rendering: the tool layer's reply as an MCP result ------------------------------------------
 
 
 def result_to_mcp(
     result: ExecutionResult, session_id: str, *, new_session: bool = False, max_chars: int | None = None
 ) -> CallToolResult:
-    """One run as an MCP tool result: the observation as text, images as image blocks, telemetry as data.
+    """One run as an MCP tool result (see `_to_mcp`); for callers holding an ExecutionResult."""
+    return _to_mcp(tools.run_reply(result, session_id, max_chars), new_session=new_session)
 
-    Code that failed is still a successful tool call (`is_error` False): its error is in the observation
-    and in `result.status`. `is_error` is kept for calls the server could not serve (bad arguments).
-    """
-    text = result.to_observation(max_chars=max_chars)
-    if new_session:
-        text += f'\nSession: {session_id} (new; pass session_id="{session_id}" to keep these variables)'
-    else:
-        text += f"\nSession: {session_id}"
+
+def _to_mcp(reply: ToolReply, *, new_session: bool = False) -> CallToolResult:
+    """The reply's text (plus the session handle line), images as image blocks, data as structured
+    output. `is_error` is the tool layer's: the code failed, was refused, timed out or crashed, the
+    variable does not exist, or the engine failed."""
+    text = reply.text
+    if reply.tool == tools.RUN_PYTHON.name and reply.failure is None:
+        # The protocol is stateless: the model must pass this handle back to keep its variables.
+        hint = f' (new; pass session_id="{reply.session}" to keep these variables)' if new_session else ""
+        text += f"\nSession: {reply.session}{hint}"
     content: list[ContentBlock] = [TextContent(type="text", text=text)]
+    if reply.failure is not None:
+        return CallToolResult(content=content, is_error=True)
     images: list[ImageInfo] = []
-    for attachment in result.attachments:
+    for attachment in reply.images:
         images.append(
             ImageInfo(
                 content_index=len(content),
@@ -162,37 +172,30 @@ def result_to_mcp(
         content.append(
             ImageContent(type="image", data=attachment.data_base64, mime_type=attachment.mime_type)
         )
-    # The bytes travel once, as image blocks; the telemetry describes them instead of repeating them.
-    telemetry = result.model_copy(update={"attachments": []})
-    output = RunOutput(session_id=session_id, new_session=new_session, result=telemetry, images=images)
-    return CallToolResult(content=content, structured_content=output.model_dump(mode="json"))
-
-
-def _variable_line(info: VariableInfo) -> str:
-    return f"{info.name} ({variable_label(info)}) = {info.repr}"
-
-
-def _inspect_text(info: VariableInfo) -> str:
-    lines = [_variable_line(info)]
-    if info.summary:
-        lines.append(info.summary)
-    if info.repr_truncated:
-        lines.append("(repr truncated; inspect parts of it with run_python)")
-    return "\n".join(lines)
-
-
-def _text(text: str) -> list[ContentBlock]:
-    return [TextContent(type="text", text=text)]
+    output: _Output
+    if reply.result is not None:
+        # The bytes travel once, as image blocks; the telemetry describes them instead of repeating them.
+        telemetry = reply.result.model_copy(update={"attachments": []})
+        output = RunOutput(session_id=reply.session, new_session=new_session, result=telemetry, images=images)
+    elif reply.tool == tools.LIST_VARIABLES.name:
+        output = VariablesOutput(session_id=reply.session, variables=reply.data["variables"])
+    elif reply.tool == tools.INSPECT_VARIABLE.name:
+        output = InspectOutput(session_id=reply.session, variable=reply.data.get("variable"))
+    else:
+        output = ResetOutput(session_id=reply.session, reset=True)
+    return CallToolResult(
+        content=content, structured_content=output.model_dump(mode="json"), is_error=reply.is_error
+    )
 
 
 # ---- the tools ---------------------------------------------------------------------------------
 
 
 class _ReplTools:
-    """The four tools, bound to one engine. Security model: the engine's policy and boundary (see
-    `ReplEngine`); this layer adds no isolation, and a client can reach every session whose id it knows.
+    """The four tools of the core's tool layer, bound to one engine, with explicit session handles.
 
-    Engine calls may block, so each runs on a worker thread and the event loop keeps serving.
+    Security model: the engine's policy and boundary (see `ReplEngine`); this layer adds no isolation,
+    and a client can reach every session whose id it knows.
     """
 
     def __init__(self, engine: ReplEngine) -> None:
@@ -207,57 +210,39 @@ class _ReplTools:
         code: Annotated[str, _CODE],
         session_id: Annotated[str | None, _NEW_OR_OLD_SESSION] = None,
     ) -> Annotated[CallToolResult, RunOutput]:
-        limit = self._engine.limits.max_code_chars
-        if len(code) > limit:
-            raise ToolError(
-                f"code has {len(code):,} characters; the limit is {limit:,}. "
-                "Send smaller pieces; keep data in variables or files, not in the code."
-            )
         new_session = session_id is None
         if session_id is None:
             session_id = f"s-{secrets.token_hex(6)}"
             live = True
         else:
             live = await self._require_session(session_id, running=True)
-        try:
-            result = await self._engine.arun(code, session_id)
-        except ReplError as exc:  # capacity, a failed boundary, a closed engine: tell the caller why
-            raise ToolError(str(exc)) from exc
-        self._issue(session_id)
-        if not live and not result.session_restarted:
-            # The boundary forgot the session without saying so; the model must not expect old variables.
-            result = result.model_copy(update={"session_restarted": True})
-        return result_to_mcp(
-            result, session_id, new_session=new_session, max_chars=self._engine.limits.max_observation_chars
-        )
+        reply = await tools.arun_python(self._engine, code, session_id)
+        if reply.result is not None:
+            self._issue(session_id)
+            if not live and not reply.result.session_restarted:
+                # The boundary forgot the session without saying so; the model must not expect old
+                # variables.
+                restarted = reply.result.model_copy(update={"session_restarted": True})
+                reply = tools.run_reply(restarted, session_id, self._engine.limits.max_observation_chars)
+        return _to_mcp(reply, new_session=new_session)
 
     async def list_variables(
         self, session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, VariablesOutput]:
         await self._require_session(session_id)
-        variables = await self._call(self._engine.variables, session_id)
-        text = "\n".join(_variable_line(v) for v in variables) if variables else "No variables."
-        output = VariablesOutput(session_id=session_id, variables=variables)
-        return CallToolResult(content=_text(text), structured_content=output.model_dump(mode="json"))
+        return _to_mcp(await tools.alist_variables(self._engine, session_id))
 
     async def inspect_variable(
         self, name: Annotated[str, _NAME], session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, InspectOutput]:
         await self._require_session(session_id)
-        info = await self._call(self._engine.inspect, name, session_id)
-        output = InspectOutput(session_id=session_id, variable=info)
-        return CallToolResult(
-            content=_text(_inspect_text(info)), structured_content=output.model_dump(mode="json")
-        )
+        return _to_mcp(await tools.ainspect_variable(self._engine, name, session_id))
 
     async def reset_session(
         self, session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, ResetOutput]:
         await self._require_session(session_id)
-        await self._call(self._engine.reset, session_id)
-        output = ResetOutput(session_id=session_id, reset=True)
-        text = f"Session {session_id} reset: every variable is gone; the session_id stays valid."
-        return CallToolResult(content=_text(text), structured_content=output.model_dump(mode="json"))
+        return _to_mcp(await tools.areset_session(self._engine, session_id))
 
     def _issue(self, session_id: str) -> None:
         self._issued[session_id] = None
@@ -280,12 +265,6 @@ class _ReplTools:
             f"unknown session_id {session_id!r:.80}: no such session on this server (it may have "
             "restarted). Call run_python without session_id to start a new session."
         )
-
-    async def _call(self, fn: Any, *args: Any) -> Any:
-        try:
-            return await anyio.to_thread.run_sync(fn, *args)
-        except ReplError as exc:  # SessionNotFound, VariableNotFound, ...: the message says what to do
-            raise ToolError(str(exc)) from exc
 
 
 class _ReplServer(MCPServer[Any]):
@@ -348,51 +327,31 @@ def create_server(
     """An MCP server whose tools run code in `engine`'s sessions. The caller owns (and closes) the engine."""
     from . import __version__
 
-    tools = _ReplTools(engine)
+    handlers = _ReplTools(engine)
     server = _ReplServer(
         name=name,
         version=__version__,
         instructions=_INSTRUCTIONS,
         log_level=log_level,
     )
-    policy, boundary, timeout = engine.policy.name, engine.boundary.name, engine.limits.timeout_s
-    server.add_tool(
-        tools.run_python,
-        name="run_python",
-        title="Run Python",
-        description=(
-            "Run Python code in a persistent session and get its output, the value of a trailing "
-            "expression, errors with line numbers, and figures as images. Variables, functions and imports "
-            "persist between calls with the same session_id; omit session_id to start a new session. "
-            f"Policy '{policy}', {boundary} boundary, {timeout:g} s per call."
-        ),
-        annotations=ToolAnnotations(
-            title="Run Python", read_only_hint=False, destructive_hint=False, idempotent_hint=False
-        ),
-    )
-    server.add_tool(
-        tools.list_variables,
-        name="list_variables",
-        title="List variables",
-        description="List a session's variables: name, type, shape or length, and a short repr.",
-        annotations=ToolAnnotations(title="List variables", read_only_hint=True, idempotent_hint=True),
-    )
-    server.add_tool(
-        tools.inspect_variable,
-        name="inspect_variable",
-        title="Inspect a variable",
-        description="Describe one variable of a session: type, shape, dtype, length and a bounded repr.",
-        annotations=ToolAnnotations(title="Inspect a variable", read_only_hint=True, idempotent_hint=True),
-    )
-    server.add_tool(
-        tools.reset_session,
-        name="reset_session",
-        title="Reset a session",
-        description="Delete every variable of a session; the session_id stays valid for run_python.",
-        annotations=ToolAnnotations(
-            title="Reset a session", read_only_hint=False, destructive_hint=True, idempotent_hint=True
-        ),
-    )
+    for spec, handler, extra in (
+        (tools.RUN_PYTHON, handlers.run_python, _RUN_HANDLE),
+        (tools.LIST_VARIABLES, handlers.list_variables, ""),
+        (tools.INSPECT_VARIABLE, handlers.inspect_variable, ""),
+        (tools.RESET_SESSION, handlers.reset_session, _RESET_HANDLE),
+    ):
+        server.add_tool(
+            handler,
+            name=spec.name,
+            title=spec.title,
+            description=spec.describe(engine) + extra,
+            annotations=ToolAnnotations(
+                title=spec.title,
+                read_only_hint=spec.read_only,
+                destructive_hint=spec is tools.RESET_SESSION,
+                idempotent_hint=spec is not tools.RUN_PYTHON,
+            ),
+        )
     return server
 
 

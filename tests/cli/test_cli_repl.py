@@ -118,13 +118,13 @@ def test_vars_inspect_and_reset() -> None:
         ":vars\nname = 'Ada'\nnums = [1, 2, 3]\n:vars\n:inspect nums\n:inspect nope\n:reset\n:vars\n"
     )
     lines = out.splitlines()
-    assert lines[0] == "No variables."
-    assert "name (str, len 3) = 'Ada'" in lines
-    assert "nums (list, len 3) = [1, 2, 3]" in lines
-    assert "          name: nums" in lines
-    assert "           len: 3" in lines
-    assert "No variable 'nope'; :vars lists them." in lines
-    assert lines[-2:] == ["Session reset: every variable is gone.", "No variables."]
+    # The same words as every frontend (the core's tool layer).
+    assert lines[0] == "No variables defined yet."
+    assert "name: str, len 3 = 'Ada'" in lines
+    assert "nums: list, len 3 = [1, 2, 3]" in lines
+    assert "nums: list, len 3" in lines  # :inspect nums
+    assert "Not defined: 'nope'. Defined: name, nums." in lines
+    assert lines[-2:] == ["Session reset: every variable is gone.", "No variables defined yet."]
 
 
 def test_quit_stops_reading_and_closes_the_engine() -> None:
@@ -202,7 +202,7 @@ def test_piped_stdin_gets_no_prompts(tmp_path: Path) -> None:
     )
     assert done.returncode == 0
     assert ">>>" not in done.stdout
-    assert done.stdout.endswith("OK\nOut: 42\nbase (int) = 40\n")
+    assert done.stdout.endswith("OK\nOut: 42\nVariables (1):\nbase: int = 40\n")
     assert not (tmp_path / ".genpark_repl_history").exists()  # history is for terminals only
 
 

@@ -120,7 +120,7 @@ def test_tools_state_figures_and_crashes(tmp_path: Path, boundary: str) -> None:
         assert second.structured_content["result"]["execution_count"] == 2
 
         listing = text_of(await client.call_tool("list_variables", {"session_id": sid}))
-        assert listing.splitlines() == ["double (function) = def double(n)", "base (int) = 21"]
+        assert listing.splitlines() == ["Variables (2):", "double: def double(n)", "base: int = 21"]
 
         if has_matplotlib:
             await check_figure(client)

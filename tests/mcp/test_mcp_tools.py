@@ -93,7 +93,8 @@ def test_tools_are_listed_with_input_and_output_schemas() -> None:
         # The description tells the model what it runs under, from the engine's own settings.
         assert run.description is not None
         assert "Policy 'trusted'" in run.description
-        assert "2.5 s per call" in run.description
+        assert "at most 2.5 s" in run.description
+        assert "Pass the session_id from a result" in run.description
         for name in ("list_variables", "inspect_variable", "reset_session"):
             assert "session_id" in listed[name].input_schema["required"]
             assert listed[name].output_schema is not None
@@ -151,10 +152,10 @@ def test_session_id_is_generated_returned_and_reused() -> None:
     serve(ReplEngine(policy="trusted"), scenario)
 
 
-def test_an_error_in_the_code_is_a_result_not_a_tool_error() -> None:
+def test_an_error_in_the_code_is_an_error_result_with_its_telemetry() -> None:
     async def scenario(client: Client) -> None:
         result = await client.call_tool("run_python", {"code": "values = [1, 0]\n1 / values[1]"})
-        assert result.is_error is False
+        assert result.is_error is True  # one rule in every frontend: the code did not run cleanly
         assert text_of(result).startswith("Error: ZeroDivisionError: division by zero")
         data = RunOutput.model_validate(result.structured_content)
         assert data.result.status == "error"
@@ -170,14 +171,19 @@ def test_variables_inspect_and_reset() -> None:
         sid = RunOutput.model_validate(run.structured_content).session_id
 
         listing = await client.call_tool("list_variables", {"session_id": sid})
-        assert text_of(listing).splitlines() == ["name (str, len 3) = 'Ada'", "scores (list, len 2) = [3, 4]"]
+        assert text_of(listing).splitlines() == [
+            "Variables (2):",
+            "name: str, len 3 = 'Ada'",
+            "scores: list, len 2 = [3, 4]",
+        ]
 
         inspected = await client.call_tool("inspect_variable", {"session_id": sid, "name": "scores"})
-        assert text_of(inspected) == "scores (list, len 2) = [3, 4]"
+        assert text_of(inspected) == "scores: list, len 2\n[3, 4]"
 
         reset = await client.call_tool("reset_session", {"session_id": sid})
-        assert "reset" in text_of(reset)
-        assert text_of(await client.call_tool("list_variables", {"session_id": sid})) == "No variables."
+        assert text_of(reset) == "Session reset: every variable is gone."
+        listing = await client.call_tool("list_variables", {"session_id": sid})
+        assert text_of(listing) == "No variables defined yet."
         # The handle stays valid after a reset.
         after = await client.call_tool("run_python", {"code": "'name' in dir()", "session_id": sid})
         assert RunOutput.model_validate(after.structured_content).result.value == "False"
@@ -316,8 +322,9 @@ def test_unknown_variable_is_refused() -> None:
     async def scenario(client: Client) -> None:
         run = await client.call_tool("run_python", {"code": "a = 1"})
         sid = RunOutput.model_validate(run.structured_content).session_id
-        message = call_error(await client.call_tool("inspect_variable", {"session_id": sid, "name": "b"}))
-        assert message == f"inspect_variable: name 'b' is not defined in session '{sid}'"
+        result = await client.call_tool("inspect_variable", {"session_id": sid, "name": "b"})
+        assert result.is_error is True
+        assert text_of(result) == "Not defined: 'b'. Defined: a."
 
     serve(ReplEngine(policy="trusted"), scenario)
 
@@ -325,10 +332,11 @@ def test_unknown_variable_is_refused() -> None:
 def test_huge_code_is_refused_before_it_runs() -> None:
     async def scenario(client: Client) -> None:
         code = "x = 1\n" + "#" * 500
-        message = call_error(await client.call_tool("run_python", {"code": code}))
-        assert message == (
-            f"run_python: code has {len(code)} characters; the limit is 200. "
-            "Send smaller pieces; keep data in variables or files, not in the code."
+        result = await client.call_tool("run_python", {"code": code})
+        assert result.is_error is True
+        assert text_of(result).startswith(
+            f"Error: InputTooLarge: code has {len(code)} characters; the limit is 200\n"
+            "Hint: Send smaller pieces of code; keep data in files or variables, not in the code."
         )
         assert (await client.call_tool("run_python", {"code": "1 + 1"})).is_error is False
 
@@ -340,8 +348,12 @@ def test_huge_code_is_refused_before_it_runs() -> None:
 def test_session_cap_is_reported() -> None:
     async def scenario(client: Client) -> None:
         assert not (await client.call_tool("run_python", {"code": "1"})).is_error
-        message = call_error(await client.call_tool("run_python", {"code": "2"}))
-        assert message.startswith("run_python: 1 sessions are live (Limits.max_sessions)")
+        result = await client.call_tool("run_python", {"code": "2"})
+        assert result.is_error is True
+        assert text_of(result).startswith(
+            "Tool failure, not an error in your code: CapacityError: "
+            "1 sessions are live (Limits.max_sessions)"
+        )
 
     serve(ReplEngine(policy="trusted", limits=Limits(max_sessions=1)), scenario)
 
@@ -399,7 +411,7 @@ def test_a_policy_refusal_is_a_result_with_the_findings() -> None:
 
     async def scenario(client: Client) -> None:
         result = await client.call_tool("run_python", {"code": "import socket"})
-        assert result.is_error is False
+        assert result.is_error is True
         assert text_of(result).startswith(f"Blocked by policy '{restricting[0]}'")
         data = RunOutput.model_validate(result.structured_content)
         assert data.result.status == "blocked"

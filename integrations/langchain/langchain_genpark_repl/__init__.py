@@ -11,8 +11,10 @@ See `langchain_genpark_repl.tools` for the thread-to-session mapping and what ea
 from __future__ import annotations
 
 from .tools import (
+    GenparkInspectTool,
     GenparkReplTool,
     GenparkReplToolkit,
+    GenparkResetTool,
     GenparkVariablesTool,
     SessionResolver,
     thread_session,
@@ -21,8 +23,10 @@ from .tools import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "GenparkInspectTool",
     "GenparkReplTool",
     "GenparkReplToolkit",
+    "GenparkResetTool",
     "GenparkVariablesTool",
     "SessionResolver",
     "__version__",

@@ -8,33 +8,29 @@
     agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "user-42"}})
 
 One LangGraph thread (`configurable.thread_id`) is one engine session: a thread keeps its variables
-across turns, and two threads never share a namespace. Everything else (policy, limits, isolation,
-rendering) is the engine's; these classes only map LangChain's calling conventions onto it.
+across turns, and two threads never share a namespace. What the tools say and do is the core's tool
+layer (`genpark_repl_tools.tools`); these classes only map LangChain's conventions onto it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
+from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, BaseToolkit, ToolException
+from langchain_core.tools import BaseTool, BaseToolkit
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from genpark_repl_tools import (
-    ExecutionResult,
-    ReplEngine,
-    ReplError,
-    SessionNotFound,
-    VariableNotFound,
-    render_variables,
-)
+from genpark_repl_tools import ReplEngine, tools
+from genpark_repl_tools.tools import ToolReply
 
 __all__ = [
+    "GenparkInspectTool",
     "GenparkReplTool",
     "GenparkReplToolkit",
+    "GenparkResetTool",
     "GenparkVariablesTool",
     "SessionResolver",
     "thread_session",
@@ -64,7 +60,7 @@ def thread_session(config: RunnableConfig) -> str | None:
 
 
 class _EngineTool(BaseTool):
-    """What both tools share: the engine, the thread-to-session mapping and error handling.
+    """What every tool shares: the engine, the thread-to-session mapping, the reply's translation.
 
     Security model: the engine's (its policy and boundary); a tool adds no isolation of its own.
     Sessions are keyed by whatever the resolver returns, so whoever picks the thread id reaches that
@@ -75,21 +71,41 @@ class _EngineTool(BaseTool):
     session_resolver: SessionResolver = Field(default=thread_session, exclude=True)
     default_session: str = Field("default", description="Session used when the resolver returns None.")
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
-    # Engine failures arrive as ToolException; handled, they become an error ToolMessage instead of
-    # ending the agent's run.
-    handle_tool_error: bool = True
+    image_blocks: bool = Field(
+        True,
+        description="Send figures to the model as image blocks. Turn off for providers that refuse images "
+        "in tool results; the text still names each figure and the artifact keeps them.",
+    )
 
     def _session(self, config: RunnableConfig) -> str:
         return self.session_resolver(config) or self.default_session
 
+    def _reply(self, reply: ToolReply) -> _Reply:
+        images: list[str | dict[str, Any]] = [
+            {"type": "image", "base64": a.data_base64, "mime_type": a.mime_type}
+            for a in reply.images
+            if self.image_blocks
+        ]
+        content: Content = [{"type": "text", "text": reply.text}, *images] if images else reply.text
+        return _Reply(content, reply.data)
 
-@contextlib.contextmanager
-def _engine_failures() -> Iterator[None]:
-    """Turn the engine's own failures (closed, at capacity, worker lost) into ToolException."""
-    try:
-        yield
-    except ReplError as exc:
-        raise ToolException(f"Tool failure, not an error in your code: {type(exc).__name__}: {exc}") from exc
+    # The tool layer's is_error becomes the ToolMessage's status. LangChain sets that status only when a
+    # tool raises, which would drop the artifact, so the finished message is marked here instead.
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return _mark_error(super().run(*args, **kwargs))
+
+    async def arun(self, *args: Any, **kwargs: Any) -> Any:
+        return _mark_error(await super().arun(*args, **kwargs))
+
+
+def _mark_error(output: Any) -> Any:
+    if (
+        isinstance(output, ToolMessage)
+        and isinstance(output.artifact, dict)
+        and tools.is_error(output.artifact)
+    ):
+        output.status = "error"
+    return output
 
 
 class GenparkReplTool(_EngineTool):
@@ -97,122 +113,94 @@ class GenparkReplTool(_EngineTool):
 
     Security model: the engine's. The code runs under the engine's policy and boundary; the default
     in-process boundary guards the host against accidents and casual misuse, not against a determined
-    attacker (use `ReplEngine(boundary="subprocess")` for untrusted code). Errors in the code come back
-    as observations; only engine failures raise, as a handled `ToolException`.
+    attacker (use `ReplEngine(boundary="subprocess")` for untrusted code). Errors in the code and engine
+    failures come back as observations with status "error", never as exceptions in the agent's loop.
 
-    Content is the engine's observation text, followed by one image block per image the run attached;
-    the artifact is the full `ExecutionResult` as plain JSON.
+    Content is the observation text, followed by one image block per image the run attached; the
+    artifact is the full `ExecutionResult` as plain JSON.
     """
 
-    name: str = "python_repl"
-    description: str = (
-        "Run Python code in this conversation's persistent Python session. "
-        "Returns the printed output, the value of a trailing expression, and any error."
-    )
-    image_blocks: bool = Field(
-        True,
-        description="Send figures to the model as image blocks. Turn off for providers that refuse images "
-        "in tool results; the text still names each figure and the artifact keeps them.",
-    )
+    name: str = tools.RUN_PYTHON.name
+    description: str = tools.RUN_PYTHON.description
 
     def model_post_init(self, context: Any, /) -> None:
+        if self.description == tools.RUN_PYTHON.description:
+            self.description = tools.RUN_PYTHON.describe(self.engine)
         if self.args_schema is None:
-            self.args_schema = _code_schema(_describe_code_field(self.engine))
+            self.args_schema = _schema("RunPythonInput", "code", tools.RUN_PYTHON.arguments["code"])
 
     def _run(self, code: str, config: RunnableConfig) -> _Reply:
-        with _engine_failures():
-            result = self.engine.run(code, self._session(config))
-        return self._render(result)
+        return self._reply(tools.run_python(self.engine, code, self._session(config)))
 
     async def _arun(self, code: str, config: RunnableConfig) -> _Reply:
-        with _engine_failures():
-            result = await self.engine.arun(code, self._session(config))
-        return self._render(result)
-
-    def _render(self, result: ExecutionResult) -> _Reply:
-        text = result.to_observation(max_chars=self.engine.limits.max_observation_chars)
-        images: list[str | dict[str, Any]] = [
-            {"type": "image", "base64": a.data_base64, "mime_type": a.mime_type}
-            for a in result.attachments
-            if a.kind == "image" and self.image_blocks
-        ]
-        content: Content = [{"type": "text", "text": text}, *images] if images else text
-        return _Reply(content, result.model_dump(mode="json"))
+        return self._reply(await tools.arun_python(self.engine, code, self._session(config)))
 
 
-def _describe_code_field(engine: ReplEngine) -> str:
-    """The `code` argument's description, for the model: persistence, output, limits, policy."""
-    policy = engine.policy
-    if policy.restricted:
-        rules = (
-            f"Policy '{policy.name}': code it does not allow is refused before anything runs; the reply "
-            "starts with 'Blocked' and says what was refused and what is allowed instead."
-        )
-    else:
-        rules = f"Policy '{policy.name}': full Python."
-    return (
-        "Python code to run. Variables, functions and imports persist between calls in this conversation. "
-        "To see a result, print() it or end the code with an expression: its value is shown, as in a REPL. "
-        f"One call may run for at most {engine.limits.timeout_s:g} s. {rules}"
-    )
-
-
-@lru_cache(maxsize=64)
-def _code_schema(description: str) -> type[BaseModel]:
-    # One schema class per distinct description: tools over engines with the same policy share it.
-    return create_model("PythonReplInput", code=(str, Field(description=description)))
-
-
-class _VariablesInput(BaseModel):
-    name: str | None = Field(
-        None, description="The variable to describe in detail. Omit it to list every variable."
-    )
+class _NoArguments(BaseModel):
+    """The model passes nothing; the session comes from the run's config."""
 
 
 class GenparkVariablesTool(_EngineTool):
-    """Lists the variables of the current LangGraph thread's session, or describes one of them.
+    """Lists the variables of the current LangGraph thread's session. Security model: the engine's;
+    describing a value runs its `__repr__` under the session's policy and a timeout."""
 
-    Security model: the engine's. Describing a value calls its `__repr__`/`__len__`, which is the
-    session's own code: the engine runs it under the same policy and a timeout.
+    name: str = tools.LIST_VARIABLES.name
+    description: str = tools.LIST_VARIABLES.description
+    args_schema: type[BaseModel] = _NoArguments
 
-    Content is a short text; the artifact is the `VariableInfo` data as plain JSON.
-    """
+    def _run(self, config: RunnableConfig) -> _Reply:
+        return self._reply(tools.list_variables(self.engine, self._session(config)))
 
-    name: str = "python_variables"
-    description: str = (
-        "List the variables defined in this conversation's Python session, or describe one variable "
-        "by name: its type, shape or length, and its value (shortened when large)."
-    )
-    args_schema: type[BaseModel] = _VariablesInput
+    async def _arun(self, config: RunnableConfig) -> _Reply:
+        return self._reply(await tools.alist_variables(self.engine, self._session(config)))
 
-    def _run(self, config: RunnableConfig, name: str | None = None) -> _Reply:
-        session = self._session(config)
-        if name is None:
-            return self._list(session)
-        with _engine_failures():
-            try:
-                info = self.engine.inspect(name, session)
-            except (VariableNotFound, SessionNotFound) as exc:
-                raise ToolException(
-                    f"{name!r} is not defined in this session. Call {self.name} without a name to list "
-                    "the variables that are."
-                ) from exc
-        return _Reply(info.to_observation(), info.model_dump(mode="json"))
 
-    def _list(self, session: str) -> _Reply:
-        with _engine_failures():
-            try:
-                infos = self.engine.variables(session)
-            except SessionNotFound:
-                infos = []  # nothing has run in this thread yet: an empty session, not a failure
-        text = render_variables(infos, self.engine.limits.max_observation_chars)
-        return _Reply(text, {"variables": [info.model_dump(mode="json") for info in infos]})
+class GenparkInspectTool(_EngineTool):
+    """Describes one variable of the current LangGraph thread's session. Security model: the
+    engine's, as for `GenparkVariablesTool`."""
+
+    name: str = tools.INSPECT_VARIABLE.name
+    description: str = tools.INSPECT_VARIABLE.description
+    args_schema: type[BaseModel] | None = None
+
+    def model_post_init(self, context: Any, /) -> None:
+        if self.args_schema is None:
+            self.args_schema = _schema(
+                "InspectVariableInput", "name", tools.INSPECT_VARIABLE.arguments["name"]
+            )
+
+    def _run(self, name: str, config: RunnableConfig) -> _Reply:
+        return self._reply(tools.inspect_variable(self.engine, name, self._session(config)))
+
+    async def _arun(self, name: str, config: RunnableConfig) -> _Reply:
+        return self._reply(await tools.ainspect_variable(self.engine, name, self._session(config)))
+
+
+class GenparkResetTool(_EngineTool):
+    """Empties the current LangGraph thread's session. Not in the toolkit unless asked for
+    (`GenparkReplToolkit(include_reset=True)`). Security model: the engine's."""
+
+    name: str = tools.RESET_SESSION.name
+    description: str = tools.RESET_SESSION.description
+    args_schema: type[BaseModel] = _NoArguments
+
+    def _run(self, config: RunnableConfig) -> _Reply:
+        return self._reply(tools.reset_session(self.engine, self._session(config)))
+
+    async def _arun(self, config: RunnableConfig) -> _Reply:
+        return self._reply(await tools.areset_session(self.engine, self._session(config)))
+
+
+@lru_cache(maxsize=64)
+def _schema(model: str, argument: str, description: str) -> type[BaseModel]:
+    fields: dict[str, Any] = {argument: (str, Field(description=description))}
+    schema: type[BaseModel] = create_model(model, **fields)
+    return schema
 
 
 class GenparkReplToolkit(BaseToolkit):
-    """Both tools over one engine and one thread-to-session mapping.
-
-    Security model: the engine's; see `GenparkReplTool`.
+    """run_python, list_variables and inspect_variable (and reset_session with `include_reset`) over
+    one engine and one thread-to-session mapping. Security model: the engine's; see `GenparkReplTool`.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -220,6 +208,7 @@ class GenparkReplToolkit(BaseToolkit):
     engine: ReplEngine
     session_resolver: SessionResolver = thread_session
     default_session: str = "default"
+    include_reset: bool = False
 
     def get_tools(self) -> list[BaseTool]:
         shared: dict[str, Any] = {
@@ -227,4 +216,11 @@ class GenparkReplToolkit(BaseToolkit):
             "session_resolver": self.session_resolver,
             "default_session": self.default_session,
         }
-        return [GenparkReplTool(**shared), GenparkVariablesTool(**shared)]
+        found: list[BaseTool] = [
+            GenparkReplTool(**shared),
+            GenparkVariablesTool(**shared),
+            GenparkInspectTool(**shared),
+        ]
+        if self.include_reset:
+            found.append(GenparkResetTool(**shared))
+        return found

@@ -207,7 +207,7 @@ def test_list_variables(spec: GenparkReplToolSpec) -> None:
     ctx = new_context(spec)
     empty = tools["list_variables"].call(ctx=ctx)
     assert empty.content == "No variables defined yet."
-    assert empty.raw_output == []
+    assert empty.raw_output == {"variables": []}
     tools["run_python"].call(
         code="import math\nrows = list(range(1000))\nname = 'x' * 500\n"
         "def area(r):\n    return math.pi * r * r",
@@ -222,7 +222,7 @@ def test_list_variables(spec: GenparkReplToolSpec) -> None:
         "name: str, len 500 = '" + "x" * 59 + "...",
         "area: def area(r)",
     ]
-    assert [v["name"] for v in out.raw_output] == ["rows", "name", "area"]
+    assert [v["name"] for v in out.raw_output["variables"]] == ["rows", "name", "area"]
     assert json.loads(json.dumps(out.raw_output)) == out.raw_output
 
 
@@ -233,7 +233,7 @@ def test_list_variables_stays_within_the_observation_budget(spec: GenparkReplToo
     out = tools["list_variables"].call(ctx=ctx)
     assert len(out.content) <= spec.engine.limits.max_observation_chars
     assert out.content.splitlines()[-1].startswith("... and ")
-    assert len(out.raw_output) == 2001  # i and v0000..v1999: telemetry is complete
+    assert len(out.raw_output["variables"]) == 2001  # i and v0000..v1999: telemetry is complete
 
 
 def test_inspect_variable(spec: GenparkReplToolSpec) -> None:
@@ -243,8 +243,8 @@ def test_inspect_variable(spec: GenparkReplToolSpec) -> None:
     out = tools["inspect_variable"].call(name="prices", ctx=ctx)
     assert out.content == "prices: list, len 3\n[12.5, 14.0, 13.25]"
     assert not out.is_error
-    assert out.raw_output["type"] == "list"
-    assert out.raw_output["len"] == 3
+    assert out.raw_output["variable"]["type"] == "list"
+    assert out.raw_output["variable"]["len"] == 3
 
 
 def test_inspect_unknown_name_lists_what_exists(spec: GenparkReplToolSpec) -> None:

@@ -27,7 +27,7 @@ MakeModel = Callable[[Script], Any]
 
 
 def run_code(call_id: str, code: str) -> ToolCall:
-    return ToolCall(name="python_repl", args={"code": code}, id=call_id, type="tool_call")
+    return ToolCall(name="run_python", args={"code": code}, id=call_id, type="tool_call")
 
 
 def ask(*tool_calls: ToolCall) -> AIMessage:
@@ -97,7 +97,9 @@ def test_a_name_error_is_an_observation_the_model_recovers_from(
 
     state = make_agent(scripted_model(script), engine).invoke(user("price with tax?"), thread("t"))
     results = tool_results(state)
-    assert results["c1"].status == "success"  # an error in the code is an observation, not a tool failure
+    # An error in the code is an observation the run goes on from, marked as an error (one rule in every
+    # frontend: is_error when the code did not run cleanly).
+    assert results["c1"].status == "error"
     assert results["c1"].artifact["status"] == "error"
     assert results["c1"].artifact["error"]["line"] == 1
     assert results["c2"].content == "OK\nstdout:\n23.99\nVariables: created price (float), rate (float)"
@@ -199,7 +201,7 @@ def test_malformed_arguments_from_the_model_do_not_end_the_run(
     scripted_model: MakeModel, engine: ReplEngine
 ) -> None:
     def script(model: Any) -> Iterator[AIMessage]:
-        yield ask(ToolCall(name="python_repl", args={"source": "1"}, id="c1", type="tool_call"))
+        yield ask(ToolCall(name="run_python", args={"source": "1"}, id="c1", type="tool_call"))
         yield ask(run_code("c2", "1 + 1"))
         yield AIMessage("2.")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_genpark_repl import GenparkReplTool, GenparkVariablesTool
+from langchain_genpark_repl import GenparkInspectTool, GenparkReplTool, GenparkVariablesTool
 from langchain_tests.integration_tests import ToolsIntegrationTests
 
 from genpark_repl_tools import ReplEngine
@@ -39,3 +39,17 @@ class TestGenparkVariablesToolIntegration(ToolsIntegrationTests):
     @property
     def tool_invoke_params_example(self) -> dict[str, Any]:
         return {}
+
+
+class TestGenparkInspectToolIntegration(ToolsIntegrationTests):
+    @property
+    def tool_constructor(self) -> type[GenparkInspectTool]:
+        return GenparkInspectTool
+
+    @property
+    def tool_constructor_params(self) -> dict[str, Any]:
+        return {"engine": ReplEngine(policy="trusted")}
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, Any]:
+        return {"name": "x"}

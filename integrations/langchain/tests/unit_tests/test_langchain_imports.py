@@ -3,7 +3,9 @@ from __future__ import annotations
 import langchain_genpark_repl
 
 EXPECTED_ALL = [
+    "GenparkInspectTool",
     "GenparkReplTool",
+    "GenparkResetTool",
     "GenparkReplToolkit",
     "GenparkVariablesTool",
     "SessionResolver",

@@ -1,4 +1,4 @@
-"""GenparkReplTool, GenparkVariablesTool and the toolkit, called directly (no agent)."""
+"""GenparkReplTool, GenparkVariablesTool, GenparkInspectTool and the toolkit, called directly (no agent)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_genpark_repl import (
+    GenparkInspectTool,
     GenparkReplTool,
     GenparkReplToolkit,
+    GenparkResetTool,
     GenparkVariablesTool,
     thread_session,
 )
@@ -37,9 +40,7 @@ def thread(thread_id: object) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id}}
 
 
-def as_call(
-    tool: GenparkReplTool | GenparkVariablesTool, config: RunnableConfig | None = None, **args: Any
-) -> ToolMessage:
+def as_call(tool: BaseTool, config: RunnableConfig | None = None, **args: Any) -> ToolMessage:
     message = tool.invoke({"name": tool.name, "args": args, "id": "call-1", "type": "tool_call"}, config)
     assert isinstance(message, ToolMessage)
     return message
@@ -56,17 +57,17 @@ def mock_engine(
 
 def test_model_sees_only_the_code_argument(engine: ReplEngine) -> None:
     schema = GenparkReplTool(engine=engine).tool_call_schema.model_json_schema()  # type: ignore[union-attr]
-    assert schema["title"] == "python_repl"
+    assert schema["title"] == "run_python"
     assert list(schema["properties"]) == ["code"]  # the injected config never reaches the model
     assert schema["required"] == ["code"]
 
 
-def test_code_description_says_what_persists_how_to_see_output_and_the_policy(engine: ReplEngine) -> None:
+def test_description_says_what_persists_how_to_see_output_and_the_policy(engine: ReplEngine) -> None:
     tool = GenparkReplTool(engine=engine)
-    text = tool.tool_call_schema.model_json_schema()["properties"]["code"]["description"]  # type: ignore[union-attr]
-    assert "persist" in text
-    assert "print()" in text
-    assert "expression" in text
+    text = tool.description
+    assert "stay defined between calls" in text
+    assert "printed output" in text
+    assert "trailing expression" in text
     assert "Policy 'trusted': full Python." in text
     assert "30 s" in text  # the engine's own timeout, not a constant
 
@@ -77,7 +78,7 @@ def test_code_description_follows_a_restricted_policy_by_name_only() -> None:
     tool = GenparkReplTool(
         engine=mock_engine(lambda r: ExecutionResult(status="ok", session=r.session), policy)
     )
-    text = tool.tool_call_schema.model_json_schema()["properties"]["code"]["description"]  # type: ignore[union-attr]
+    text = tool.description
     assert "Policy 'lockdown'" in text
     assert "Blocked" in text
     assert "full Python" not in text
@@ -85,10 +86,11 @@ def test_code_description_follows_a_restricted_policy_by_name_only() -> None:
 
 def test_provider_tool_format_carries_the_same_contract(engine: ReplEngine) -> None:
     spec = convert_to_openai_tool(GenparkReplTool(engine=engine))["function"]
-    assert spec["name"] == "python_repl"
+    assert spec["name"] == "run_python"
     assert list(spec["parameters"]["properties"]) == ["code"]
     assert spec["parameters"]["required"] == ["code"]
-    assert "persist" in spec["parameters"]["properties"]["code"]["description"]
+    assert "stay defined between calls" in spec["description"]
+    assert spec["parameters"]["properties"]["code"]["description"].startswith("Python source to run")
 
 
 def test_name_and_description_are_configurable(engine: ReplEngine) -> None:
@@ -176,9 +178,9 @@ def test_content_is_the_observation_and_the_artifact_is_plain_json(engine: ReplE
     assert ExecutionResult.model_validate(message.artifact).value == "6"
 
 
-def test_an_error_in_the_code_is_an_observation_not_a_failure(engine: ReplEngine) -> None:
+def test_an_error_in_the_code_is_an_observation_marked_as_an_error(engine: ReplEngine) -> None:
     message = as_call(GenparkReplTool(engine=engine), code="x = 1\ny = x / 0")
-    assert message.status == "success"
+    assert message.status == "error"  # one rule in every frontend; the artifact is kept
     assert message.artifact["status"] == "error"
     assert message.content.startswith("Error: ZeroDivisionError: division by zero\nAt line 2:")
 
@@ -266,10 +268,13 @@ async def test_async_engine_failure_is_handled_too() -> None:
 
 
 def test_toolkit_tools_share_one_engine_and_session_mapping(engine: ReplEngine) -> None:
-    repl, variables = GenparkReplToolkit(engine=engine).get_tools()
+    repl, variables, inspect = GenparkReplToolkit(engine=engine).get_tools()
     assert isinstance(repl, GenparkReplTool)
     assert isinstance(variables, GenparkVariablesTool)
-    assert repl.engine is variables.engine is engine
+    assert isinstance(inspect, GenparkInspectTool)
+    assert repl.engine is variables.engine is inspect.engine is engine
+    names = [t.name for t in (repl, variables, inspect)]
+    assert names == ["run_python", "list_variables", "inspect_variable"]
     as_call(repl, thread("t"), code="rows = [1, 2, 3]\ndef f(x):\n    return x")
     listing = as_call(variables, thread("t"))
     assert listing.content == "Variables (2):\nrows: list, len 3 = [1, 2, 3]\nf: def f(x)"
@@ -283,32 +288,38 @@ def test_toolkit_passes_resolver_and_default_session_to_both_tools(engine: ReplE
 
     tools = GenparkReplToolkit(engine=engine, session_resolver=fixed, default_session="s").get_tools()
     for tool in tools:
-        assert isinstance(tool, GenparkReplTool | GenparkVariablesTool)
+        assert isinstance(tool, GenparkReplTool | GenparkVariablesTool | GenparkInspectTool)
         assert tool.session_resolver is fixed
         assert tool.default_session == "s"
 
 
 def test_inspect_one_variable(engine: ReplEngine) -> None:
     engine.run("word = 'x' * 5000", session="t")
-    message = as_call(GenparkVariablesTool(engine=engine), thread("t"), name="word")
+    message = as_call(GenparkInspectTool(engine=engine), thread("t"), name="word")
     header, body = message.content.split("\n", 1)
     assert header == "word: str, len 5000"
     assert body.endswith("(shortened)")
     assert len(body) < 2_200  # the engine's bounded repr, not 5000 characters
-    assert message.artifact["name"] == "word"
-    assert message.artifact["repr_truncated"] is True
+    assert message.artifact["variable"]["name"] == "word"
+    assert message.artifact["variable"]["repr_truncated"] is True
 
 
 def test_inspecting_an_unknown_name_tells_the_model_what_to_do(engine: ReplEngine) -> None:
     engine.run("a = 1", session="t")
-    tool = GenparkVariablesTool(engine=engine)
-    for config in (thread("t"), thread("never-ran")):
+    tool = GenparkInspectTool(engine=engine)
+    for config, defined in ((thread("t"), "Defined: a."), (thread("never-ran"), "Nothing is defined yet.")):
         message = as_call(tool, config, name="missing")
         assert message.status == "error"
-        assert message.content == (
-            "'missing' is not defined in this session. "
-            "Call python_variables without a name to list the variables that are."
-        )
+        assert message.content == f"Not defined: 'missing'. {defined}"
+
+
+def test_reset_tool_is_opt_in_and_empties_the_thread(engine: ReplEngine) -> None:
+    assert not any(isinstance(t, GenparkResetTool) for t in GenparkReplToolkit(engine=engine).get_tools())
+    reset = GenparkReplToolkit(engine=engine, include_reset=True).get_tools()[-1]
+    assert isinstance(reset, GenparkResetTool)
+    engine.run("a = 1", session="t")
+    assert as_call(reset, thread("t")).content == "Session reset: every variable is gone."
+    assert engine.variables("t") == []
 
 
 def test_a_long_listing_stays_within_the_observation_budget(engine: ReplEngine) -> None:

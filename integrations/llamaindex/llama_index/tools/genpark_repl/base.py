@@ -17,20 +17,13 @@ from llama_index.core.tools import FunctionTool, ToolMetadata, ToolOutput
 from llama_index.core.tools.tool_spec.base import SPEC_FUNCTION_TYPE, BaseToolSpec
 from llama_index.core.workflow import Context
 
-from genpark_repl_tools import (
-    ExecutionResult,
-    ReplEngine,
-    SessionNotFound,
-    VariableNotFound,
-    render_variables,
-)
+from genpark_repl_tools import ReplEngine, tools
+from genpark_repl_tools.tools import ToolReply
 
 __all__ = ["STORE_KEY", "GenparkReplToolSpec"]
 
 STORE_KEY = "genpark_repl_session"
 """Key under which a conversation's session id lives in `ctx.store` (a plain string, so it serializes)."""
-
-_LISTED_NAMES = 30  # names suggested when inspect_variable misses
 
 _T = TypeVar("_T")
 
@@ -86,11 +79,11 @@ class GenparkReplToolSpec(BaseToolSpec):
         Args:
             code (str): Python source to run, e.g. "import math\\nr = 2\\nmath.pi * r ** 2".
         """
-        return self._run_output(code, self.engine.run(code, self._session_sync(ctx)))
+        return _output(tools.run_python(self.engine, code, self._session_sync(ctx)), code=code)
 
     async def arun_python(self, code: str, ctx: Context) -> ToolOutput:
         """Async twin of `run_python`."""
-        return self._run_output(code, await self.engine.arun(code, await self.session_id(ctx)))
+        return _output(await tools.arun_python(self.engine, code, await self.session_id(ctx)), code=code)
 
     def list_variables(self, ctx: Context) -> ToolOutput:
         """List the variables, functions and classes defined in your Python session.
@@ -98,12 +91,11 @@ class GenparkReplToolSpec(BaseToolSpec):
         Each comes with its type, size and a one-line preview. Use it to recall what already exists
         before writing code that depends on it.
         """
-        return self._variables_output(self._session_sync(ctx))
+        return _output(tools.list_variables(self.engine, self._session_sync(ctx)))
 
     async def alist_variables(self, ctx: Context) -> ToolOutput:
         """Async twin of `list_variables`."""
-        session = await self.session_id(ctx)
-        return await asyncio.to_thread(self._variables_output, session)
+        return _output(await tools.alist_variables(self.engine, await self.session_id(ctx)))
 
     def inspect_variable(self, name: str, ctx: Context) -> ToolOutput:
         """Show one variable from your Python session in detail.
@@ -114,12 +106,23 @@ class GenparkReplToolSpec(BaseToolSpec):
         Args:
             name (str): The variable's name, e.g. "df".
         """
-        return self._inspect_output(name, self._session_sync(ctx))
+        return _output(tools.inspect_variable(self.engine, name, self._session_sync(ctx)), name=name)
 
     async def ainspect_variable(self, name: str, ctx: Context) -> ToolOutput:
         """Async twin of `inspect_variable`."""
-        session = await self.session_id(ctx)
-        return await asyncio.to_thread(self._inspect_output, name, session)
+        return _output(
+            await tools.ainspect_variable(self.engine, name, await self.session_id(ctx)), name=name
+        )
+
+    def _description(self, name: str, fn: Callable[..., Any]) -> str:
+        # The core's words (one vocabulary in every frontend) after the call's signature. LlamaIndex's
+        # default would put the return annotation's dotted path into the prompt.
+        sig = inspect.signature(fn)
+        params = [p for p in sig.parameters.values() if p.annotation is not Context]
+        shown = sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
+        spec = next((t for t in tools.TOOLS if t.name == fn.__name__.removeprefix("a")), None)
+        text = spec.describe(self.engine) if spec is not None else inspect.getdoc(fn) or ""
+        return f"{name}{shown}\n{text}".strip()
 
     # ---- sessions -------------------------------------------------------------------------------
 
@@ -174,7 +177,7 @@ class GenparkReplToolSpec(BaseToolSpec):
                     fn=sync_fn,
                     async_fn=async_fn,
                     name=name,
-                    description=None if metadata is not None else _description(name, main),
+                    description=None if metadata is not None else self._description(name, main),
                     tool_metadata=metadata,
                     # FunctionTool would str() a returned ToolOutput; the callback hands it on whole.
                     callback=_keep_output(name),
@@ -186,68 +189,20 @@ class GenparkReplToolSpec(BaseToolSpec):
             )
         return tools
 
-    # ---- rendering: one call into the engine, then text for the model and JSON for programs ---------
 
-    def _run_output(self, code: str, result: ExecutionResult) -> ToolOutput:
-        text = result.to_observation(max_chars=self.engine.limits.max_observation_chars)
-        blocks: list[ContentBlock] = [TextBlock(text=text)]
-        blocks.extend(
-            ImageBlock(image=a.data_base64.encode("ascii"), image_mimetype=a.mime_type)
-            for a in result.attachments
-            if a.kind == "image"
-        )
-        return ToolOutput(
-            tool_name="run_python",
-            blocks=blocks,
-            raw_input={"args": (), "kwargs": {"code": code}},
-            raw_output=result.model_dump(mode="json"),
-            is_error=not result.ok,
-        )
-
-    def _variables_output(self, session: str) -> ToolOutput:
-        infos = self.engine.variables(session)
-        text = render_variables(infos, self.engine.limits.max_observation_chars)
-        return ToolOutput(
-            tool_name="list_variables",
-            content=text,
-            raw_input={"args": (), "kwargs": {}},
-            raw_output=[v.model_dump(mode="json") for v in infos],
-        )
-
-    def _inspect_output(self, name: str, session: str) -> ToolOutput:
-        raw_input = {"args": (), "kwargs": {"name": name}}
-        try:
-            info = self.engine.inspect(name, session)
-        except (SessionNotFound, VariableNotFound):
-            known = [v.name for v in self.engine.variables(session)]
-            more = f" and {len(known) - _LISTED_NAMES} more" if len(known) > _LISTED_NAMES else ""
-            defined = (
-                f"Defined: {', '.join(known[:_LISTED_NAMES])}{more}." if known else "Nothing is defined yet."
-            )
-            return ToolOutput(
-                tool_name="inspect_variable",
-                content=f"Not defined: {name!r}. {defined}",
-                raw_input=raw_input,
-                raw_output=None,
-                is_error=True,
-            )
-        text = info.to_observation()
-        limit = self.engine.limits.max_observation_chars
-        return ToolOutput(
-            tool_name="inspect_variable",
-            content=text if len(text) <= limit else text[: limit - 20] + "\n[... shortened ...]",
-            raw_input=raw_input,
-            raw_output=info.model_dump(mode="json"),
-        )
-
-
-def _description(name: str, fn: Callable[..., Any]) -> str:
-    # LlamaIndex's default puts the return annotation's dotted path into the prompt; show only what the
-    # model passes.
-    sig = inspect.signature(fn)
-    params = [p for p in sig.parameters.values() if p.annotation is not Context]
-    shown = sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
-    return f"{name}{shown}\n{inspect.getdoc(fn) or ''}".strip()
+def _output(reply: ToolReply, **kwargs: str) -> ToolOutput:
+    """The tool layer's reply as a ToolOutput: text (+ an ImageBlock per image), data as raw_output."""
+    blocks: list[ContentBlock] = [TextBlock(text=reply.text)]
+    blocks.extend(
+        ImageBlock(image=a.data_base64.encode("ascii"), image_mimetype=a.mime_type) for a in reply.images
+    )
+    return ToolOutput(
+        tool_name=reply.tool,
+        blocks=blocks,
+        raw_input={"args": (), "kwargs": kwargs},
+        raw_output=reply.data,
+        is_error=reply.is_error,
+    )
 
 
 def _keep_output(name: str) -> Callable[[Any], ToolOutput | None]:

@@ -1,0 +1,295 @@
+"""The tool layer: what every frontend offers a model, defined once.
+
+LangChain, LlamaIndex, MCP and the CLI do not talk to the engine themselves: each calls these
+functions and translates the `ToolReply` into its own types. So one call says the same words in
+every frontend, engine failures are handled one way, and a model moved between frameworks meets one
+tool vocabulary:
+
+    run_python(code)        run code in the conversation's session
+    list_variables()        what the session defines
+    inspect_variable(name)  one variable in detail
+    reset_session()         empty the session (the CLI and MCP offer it; agents' toolkits do not by
+                            default: a model resetting its own state is rarely what a user wants)
+
+A frontend decides only how a conversation maps to a session id, and how a reply becomes its
+framework's message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._engine import ReplEngine
+from ._exceptions import ReplError, SessionNotFound, VariableNotFound
+from ._models import Attachment, ExecutionResult, VariableInfo
+from ._observation import render_variable, render_variables
+
+__all__ = [
+    "INSPECT_VARIABLE",
+    "LIST_VARIABLES",
+    "RESET_SESSION",
+    "RUN_PYTHON",
+    "TOOLS",
+    "ToolReply",
+    "ToolSpec",
+    "ainspect_variable",
+    "alist_variables",
+    "areset_session",
+    "arun_python",
+    "inspect_variable",
+    "is_error",
+    "list_variables",
+    "reset_session",
+    "run_python",
+    "run_reply",
+]
+
+_LISTED_NAMES = 30  # names offered when inspect_variable misses
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool's model-facing contract: its name, title, description and argument descriptions."""
+
+    name: str
+    title: str
+    description: str
+    arguments: dict[str, str] = field(default_factory=dict)
+    read_only: bool = False
+
+    def describe(self, engine: ReplEngine) -> str:
+        """The description with what this engine adds (policy and time limit for run_python)."""
+        if self.name != RUN_PYTHON.name:
+            return self.description
+        policy = engine.policy
+        if policy.restricted:
+            rules = (
+                f"Policy '{policy.name}': code it does not allow is refused before anything runs; the "
+                "reply starts with 'Blocked' and says what is allowed instead."
+            )
+        else:
+            rules = f"Policy '{policy.name}': full Python."
+        return f"{self.description} One call may run for at most {engine.limits.timeout_s:g} s. {rules}"
+
+
+RUN_PYTHON = ToolSpec(
+    name="run_python",
+    title="Run Python",
+    description=(
+        "Run Python code in this conversation's persistent Python session. Variables, functions and "
+        "imports stay defined between calls: build on earlier results instead of recomputing them. The "
+        "reply shows printed output, the value of a trailing expression (as in a notebook), errors with "
+        "the failing line, which variables changed, and figures as images. An error keeps earlier "
+        "variables: fix the code and run it again."
+    ),
+    arguments={"code": 'Python source to run, e.g. "import math\\nr = 2\\nmath.pi * r ** 2".'},
+)
+LIST_VARIABLES = ToolSpec(
+    name="list_variables",
+    title="List variables",
+    description=(
+        "List the variables, functions and classes defined in this conversation's Python session, each "
+        "with its type, size and a one-line preview."
+    ),
+    read_only=True,
+)
+INSPECT_VARIABLE = ToolSpec(
+    name="inspect_variable",
+    title="Inspect a variable",
+    description=(
+        "Show one variable of this conversation's Python session in detail: type, length or shape, "
+        "dtype and a preview of its value (large values are shortened, never printed in full)."
+    ),
+    arguments={"name": 'The variable\'s name, e.g. "df".'},
+    read_only=True,
+)
+RESET_SESSION = ToolSpec(
+    name="reset_session",
+    title="Reset the session",
+    description="Delete every variable of this conversation's Python session and start it empty.",
+)
+TOOLS = (RUN_PYTHON, LIST_VARIABLES, INSPECT_VARIABLE, RESET_SESSION)
+
+
+@dataclass
+class ToolReply:
+    """One tool call's answer, for every frontend.
+
+    `text` is what the model reads; `images` go to the model as image content where the framework
+    allows it; `data` is plain JSON for programs (the telemetry); `is_error` says the call did not
+    do what was asked: the code failed, was refused, timed out, was cancelled or crashed, a variable
+    does not exist, or the engine itself failed (then `failure` names the exception type).
+    """
+
+    tool: str
+    text: str
+    session: str
+    is_error: bool = False
+    images: list[Attachment] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None
+    result: ExecutionResult | None = None  # run_python's result, for frontends that render it themselves
+
+
+# ---- the tools -------------------------------------------------------------------------------------
+
+
+def run_python(engine: ReplEngine, code: str, session: str) -> ToolReply:
+    try:
+        result = engine.run(code, session)
+    except ReplError as exc:
+        return _failure(RUN_PYTHON, session, exc)
+    return run_reply(result, session, engine.limits.max_observation_chars)
+
+
+async def arun_python(engine: ReplEngine, code: str, session: str) -> ToolReply:
+    try:
+        result = await engine.arun(code, session)
+    except ReplError as exc:
+        return _failure(RUN_PYTHON, session, exc)
+    return run_reply(result, session, engine.limits.max_observation_chars)
+
+
+def list_variables(engine: ReplEngine, session: str) -> ToolReply:
+    try:
+        infos = engine.variables(session)
+    except ReplError as exc:
+        return _failure(LIST_VARIABLES, session, exc)
+    return ToolReply(
+        tool=LIST_VARIABLES.name,
+        text=_clean(render_variables(infos, engine.limits.max_observation_chars)),
+        session=session,
+        data={"variables": [info.model_dump(mode="json") for info in infos]},
+    )
+
+
+def inspect_variable(engine: ReplEngine, name: str, session: str) -> ToolReply:
+    try:
+        info = engine.inspect(name, session)
+    except (SessionNotFound, VariableNotFound):
+        return _not_defined(engine, name, session)
+    except ReplError as exc:
+        return _failure(INSPECT_VARIABLE, session, exc)
+    return _inspect_reply(engine, info, session)
+
+
+def reset_session(engine: ReplEngine, session: str) -> ToolReply:
+    try:
+        engine.reset(session)
+    except SessionNotFound:
+        pass  # nothing ran in it yet: it is already empty
+    except ReplError as exc:
+        return _failure(RESET_SESSION, session, exc)
+    return ToolReply(
+        tool=RESET_SESSION.name,
+        text="Session reset: every variable is gone.",
+        session=session,
+        data={"reset": True},
+    )
+
+
+# Listing, inspecting and resetting are quick but may wait for a busy session or a worker process:
+# the async twins run them on a worker thread so the event loop keeps serving.
+
+
+async def alist_variables(engine: ReplEngine, session: str) -> ToolReply:
+    return await _to_thread(list_variables, engine, session)
+
+
+async def ainspect_variable(engine: ReplEngine, name: str, session: str) -> ToolReply:
+    return await _to_thread(inspect_variable, engine, name, session)
+
+
+async def areset_session(engine: ReplEngine, session: str) -> ToolReply:
+    return await _to_thread(reset_session, engine, session)
+
+
+async def _to_thread(fn: Any, *args: Any) -> ToolReply:
+    import asyncio
+
+    reply: ToolReply = await asyncio.to_thread(fn, *args)
+    return reply
+
+
+def is_error(data: dict[str, Any]) -> bool:
+    """A reply's `is_error`, recovered from its `data` alone (for frameworks that keep only the data,
+    such as LangChain's artifact)."""
+    if "failure" in data:
+        return True
+    if "status" in data:  # run_python: the ExecutionResult
+        return bool(data["status"] != "ok")
+    return "variable" in data and data["variable"] is None  # inspect_variable of an undefined name
+
+
+# ---- rendering -------------------------------------------------------------------------------------
+
+
+def run_reply(result: ExecutionResult, session: str, max_chars: int | None = None) -> ToolReply:
+    """run_python's reply for a result in hand (a frontend that adjusted the result renders it here)."""
+    return ToolReply(
+        tool=RUN_PYTHON.name,
+        text=_clean(result.to_observation(max_chars=max_chars)),
+        session=session,
+        is_error=not result.ok,
+        images=[a for a in result.attachments if a.kind == "image"],
+        data=result.model_dump(mode="json"),
+        result=result,
+    )
+
+
+def _inspect_reply(engine: ReplEngine, info: VariableInfo, session: str) -> ToolReply:
+    text = render_variable(info)
+    limit = engine.limits.max_observation_chars
+    if len(text) > limit:
+        text = text[: limit - 20] + "\n[... shortened ...]"
+    return ToolReply(
+        tool=INSPECT_VARIABLE.name,
+        text=_clean(text),
+        session=session,
+        data={"variable": info.model_dump(mode="json")},
+    )
+
+
+def _not_defined(engine: ReplEngine, name: str, session: str) -> ToolReply:
+    try:
+        known = [v.name for v in engine.variables(session)]
+    except ReplError:
+        known = []
+    more = f" and {len(known) - _LISTED_NAMES} more" if len(known) > _LISTED_NAMES else ""
+    defined = f"Defined: {', '.join(known[:_LISTED_NAMES])}{more}." if known else "Nothing is defined yet."
+    return ToolReply(
+        tool=INSPECT_VARIABLE.name,
+        text=_clean(f"Not defined: {name!r:.100}. {defined}"),
+        session=session,
+        is_error=True,
+        data={"variable": None, "defined": known},
+    )
+
+
+def _failure(spec: ToolSpec, session: str, exc: ReplError) -> ToolReply:
+    """An engine failure (closed, at capacity, a worker lost) as a reply the model can relay: never an
+    exception in the agent's loop. (A session id the engine rejects is the frontend's misconfiguration,
+    not the model's: that TypeError/ValueError propagates.)"""
+    kind = type(exc).__name__
+    text = f"Tool failure, not an error in your code: {kind}: {exc}"
+    return ToolReply(
+        tool=spec.name,
+        text=_clean(text),
+        session=session,
+        is_error=True,
+        data={"failure": kind, "message": _clean(str(exc))},
+        failure=kind,
+    )
+
+
+def _clean(text: str) -> str:
+    """Text any transport can carry: lone surrogates (from bytes decoded with surrogateescape) become
+    backslash escapes, as the subprocess boundary writes them."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
