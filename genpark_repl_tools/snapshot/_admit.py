@@ -120,7 +120,9 @@ class Admission:
             return getattr(real, name)
         module = _ALIASES.get(module, module)
         parts = name.split(".")
-        if any(not p or p.startswith("_") for p in parts) or any(p.startswith("_") for p in module.split(".")):
+        if any(not p or p.startswith("_") for p in parts) or any(
+            p.startswith("_") for p in module.split(".")
+        ):
             raise self.refusal(module, name, "a private name")
         if not self.policy.allows_module(module):
             raise self.refusal(module, name, "the policy does not admit that module")

@@ -56,8 +56,6 @@ class Durability:
         boundary: BaseBoundary,
         key: bytes,
         store: SessionStore | None,
-        lease_ttl_s: float = 30.0,
-        lease_wait_s: float = 10.0,
     ) -> None:
         if boundary.name != "inprocess":
             raise ValueError(
@@ -66,8 +64,6 @@ class Durability:
         self.boundary = boundary
         self.key = key
         self.store = store
-        self.lease_ttl_s = lease_ttl_s
-        self.lease_wait_s = lease_wait_s
         self._versions: dict[str, int] = {}  # store version this process last loaded or saved
 
     def _session(self, name: str, create: bool) -> Session:
@@ -90,11 +86,13 @@ class Durability:
 
     # ---- with a store -----------------------------------------------------------------------------
 
-    def run(self, request: ExecutionRequest, execute: Callable[[ExecutionRequest], ExecutionResult]) -> ExecutionResult:
+    def run(
+        self, request: ExecutionRequest, execute: Callable[[ExecutionRequest], ExecutionResult]
+    ) -> ExecutionResult:
         store = self.store
         assert store is not None
         name = request.session
-        with store.hold(name, ttl_s=self.lease_ttl_s, wait_s=self.lease_wait_s):
+        with store.hold(name):
             restored = self._catch_up(name)
             result = execute(request)
             if _ran(result):
@@ -122,7 +120,7 @@ class Durability:
     def forget(self, name: str) -> None:
         """The session was reset: its stored snapshot goes too."""
         if self.store is not None:
-            with self.store.hold(name, ttl_s=self.lease_ttl_s, wait_s=self.lease_wait_s):
+            with self.store.hold(name):
                 self.store.delete(name)
             self._versions.pop(name, None)
 
@@ -137,14 +135,18 @@ class Durability:
 def _ran(result: ExecutionResult) -> bool:
     """Whether the run executed code (it may have changed the session, even in place)."""
     return result.status != "blocked" and not (
-        result.status == "error" and result.error is not None and result.error.type in ("SyntaxError", "InputTooLarge")
+        result.status == "error"
+        and result.error is not None
+        and result.error.type in ("SyntaxError", "InputTooLarge")
     )
 
 
 def restore_note(restored: SessionRestore) -> str:
     when = restored.snapshot_created_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     names = restored.restored
-    shown = ", ".join(names[:_SHOWN_NAMES]) + (f" and {len(names) - _SHOWN_NAMES} more" if len(names) > _SHOWN_NAMES else "")
+    shown = ", ".join(names[:_SHOWN_NAMES]) + (
+        f" and {len(names) - _SHOWN_NAMES} more" if len(names) > _SHOWN_NAMES else ""
+    )
     parts = [f"This session was restored from its snapshot of {when}: {shown or 'no variables'} came back."]
     if restored.not_saved:
         lost = "; ".join(f"{s.name} ({s.reason})" for s in restored.not_saved[:_SHOWN_NAMES])

@@ -71,7 +71,9 @@ class SessionSnapshot:
         self._manifest: SnapshotManifest | None = None
 
     @classmethod
-    def sign(cls, header: dict[str, Any], payload: bytes, buffers: list[bytes], key: bytes) -> SessionSnapshot:
+    def sign(
+        cls, header: dict[str, Any], payload: bytes, buffers: list[bytes], key: bytes
+    ) -> SessionSnapshot:
         raw = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
         snapshot = cls(raw, payload, buffers, b"")
         snapshot.mac = snapshot._digest(key)
@@ -98,7 +100,9 @@ class SessionSnapshot:
         self.verify(key)
         data: dict[str, Any] = json.loads(self.header)
         if data.get("format") != FORMAT:
-            raise SnapshotError(f"snapshot format {data.get('format')!r} is not supported (expected {FORMAT})")
+            raise SnapshotError(
+                f"snapshot format {data.get('format')!r} is not supported (expected {FORMAT})"
+            )
         return data
 
     @property

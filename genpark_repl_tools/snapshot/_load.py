@@ -110,8 +110,9 @@ class _Rebuilder:
                 cell = compile_cell(str(source), self.runtime)
             if cell.syntax_error is not None or cell.findings:
                 why = cell.findings[0].message if cell.findings else "a syntax error"
+                policy = self.runtime.name
                 raise SnapshotRefused(
-                    f"the code of {name!r} is refused by policy '{self.runtime.name}': {why}; nothing was loaded"
+                    f"the code of {name!r} is refused by policy '{policy}': {why}; nothing was loaded"
                 )
             codes = self._codes[filename] = cell_codes(cell)
             self.session.sources[cell.filename] = (int(count), cell.lines)
@@ -181,12 +182,14 @@ class _Rebuilder:
                 raise SnapshotRefused(f"the dataclass options of {name!r} are malformed; nothing was loaded")
             decorate = import_by_name(self.table, "dataclasses").dataclass
             cls = decorate(**{k: bool(v) for k, v in dataclass.items()})(cls)
-        return cls
+        return cls  # type: ignore[no-any-return]
 
     def class_state(self, cls: type, state: dict[str, Any]) -> None:
         for key, value in dict(state).items():
             if not isinstance(key, str) or (key.startswith("_") and key not in vars(cls)):
-                raise SnapshotRefused(f"the snapshot sets {key!r} on class {cls.__name__!r}; nothing was loaded")
+                raise SnapshotRefused(
+                    f"the snapshot sets {key!r} on class {cls.__name__!r}; nothing was loaded"
+                )
             if vars(cls).get(key, markers.empty_cell) is not value:
                 type.__setattr__(cls, key, value)
 
@@ -211,7 +214,9 @@ class _Unpickler(pickle.Unpickler):
         return self.rebuilder.find_class(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
-        raise SnapshotRefused("the snapshot uses persistent ids, which snapshots never do; nothing was loaded")
+        raise SnapshotRefused(
+            "the snapshot uses persistent ids, which snapshots never do; nothing was loaded"
+        )
 
 
 _BROKEN = object()
@@ -225,7 +230,8 @@ class _SlowUnpickler(pickle._Unpickler):
     """The pure-Python reader, used after a record failed: its memo can be set index by index,
     and a later record that reaches a value of the failed one fails too instead of getting junk."""
 
-    dispatch = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+    dispatch = dict(pickle._Unpickler.dispatch)
+    memo: dict[int, Any]
 
     def __init__(self, file: io.BytesIO, buffers: _Buffers, rebuilder: _Rebuilder) -> None:
         super().__init__(file, buffers=buffers)
@@ -235,7 +241,9 @@ class _SlowUnpickler(pickle._Unpickler):
         return self.rebuilder.find_class(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
-        raise SnapshotRefused("the snapshot uses persistent ids, which snapshots never do; nothing was loaded")
+        raise SnapshotRefused(
+            "the snapshot uses persistent ids, which snapshots never do; nothing was loaded"
+        )
 
 
 def _checked_get(load_get: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -270,7 +278,7 @@ def _recover(
     count = _memo_puts(payload[record[1] : record[1] + record[2]])
     reader = _SlowUnpickler(file, buffers, rebuilder)
     reader.memo = {i: old.get(i, _BROKEN) for i in range(before)}
-    reader.memo.update({i: _BROKEN for i in range(before, before + count)})
+    reader.memo.update(dict.fromkeys(range(before, before + count), _BROKEN))
     return reader
 
 
@@ -294,7 +302,9 @@ def restore_snapshot(
     session.reset(runtime)
     timeout = max(limits.timeout_s, _LOAD_TIMEOUT_S)
     try:
-        info: SessionRestore = call_guarded(session, runtime, timeout, _load, session, runtime, snapshot, header)
+        info: SessionRestore = call_guarded(
+            session, runtime, timeout, _load, session, runtime, snapshot, header
+        )
     except BaseException as exc:
         namespace, count, sources, global_names, dynamic, touches_host = saved_state
         session.namespace.clear()

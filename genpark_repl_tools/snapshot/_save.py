@@ -255,7 +255,10 @@ class _Context:
             if found is None:
                 continue
             for index, candidate in enumerate(found[1]):
-                if candidate.co_name == cls.__name__ and getattr(candidate, "co_qualname", qualname) == qualname:
+                if (
+                    candidate.co_name == cls.__name__
+                    and getattr(candidate, "co_qualname", qualname) == qualname
+                ):
                     return filename, index, candidate
         return None
 
@@ -263,7 +266,9 @@ class _Context:
         from_body = [c for c in body.co_consts if isinstance(c, CodeType)]
         state = {}
         for key, value in vars(cls).items():
-            if key in _CLASS_SKIP or isinstance(value, (types.MemberDescriptorType, types.GetSetDescriptorType)):
+            if key in _CLASS_SKIP or isinstance(
+                value, (types.MemberDescriptorType, types.GetSetDescriptorType)
+            ):
                 continue
             code = _code_of(value)
             if code is not None and any(code is c or code == c for c in from_body):

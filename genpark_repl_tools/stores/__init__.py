@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._base import Lease, SessionBusy, SessionStore, StoreEntry, StoredSnapshot, StoreError
+from ._base import Lease, SessionBusy, SessionStore, StoredSnapshot, StoreEntry, StoreError
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:

@@ -62,6 +62,14 @@ def new_token() -> str:
     return secrets.token_hex(16)
 
 
+def lease_times(store: SessionStore, ttl_s: float | None, wait_s: float | None) -> tuple[float, float]:
+    ttl = store.lease_ttl_s if ttl_s is None else ttl_s
+    wait = store.lease_wait_s if wait_s is None else wait_s
+    if not ttl > 0 or not wait >= 0:
+        raise ValueError(f"lease ttl must be > 0 and wait >= 0 seconds, got ttl={ttl!r} wait={wait!r}")
+    return ttl, wait
+
+
 def busy(session: str, wait_s: float) -> SessionBusy:
     return SessionBusy(
         f"session {session!r} is busy in another process (it holds the session's lease); "
@@ -76,6 +84,9 @@ class SessionStore(ABC):
     engine authenticates every blob (HMAC) before loading it, so a store cannot make a session run
     anything. Leases are advisory coordination between engines that share the store.
     """
+
+    lease_ttl_s: float = 30.0  # a lease not renewed for this long expires (a crashed holder)
+    lease_wait_s: float = 10.0  # how long acquire() waits for another holder before SessionBusy
 
     # ---- snapshots ------------------------------------------------------------------------------
 
@@ -102,8 +113,8 @@ class SessionStore(ABC):
     # ---- leases ---------------------------------------------------------------------------------
 
     @abstractmethod
-    def acquire(self, session: str, *, ttl_s: float = 30.0, wait_s: float = 10.0) -> Lease:
-        """Take the session's lease, waiting up to `wait_s`; raises SessionBusy."""
+    def acquire(self, session: str, *, ttl_s: float | None = None, wait_s: float | None = None) -> Lease:
+        """Take the session's lease, waiting up to `wait_s` (default `lease_wait_s`); raises SessionBusy."""
 
     @abstractmethod
     def renew(self, lease: Lease) -> bool:
@@ -114,9 +125,12 @@ class SessionStore(ABC):
         """Give the lease up; False if it was no longer ours. Never removes another's lease."""
 
     @contextmanager
-    def hold(self, session: str, *, ttl_s: float = 30.0, wait_s: float = 10.0) -> Iterator[Lease]:
+    def hold(
+        self, session: str, *, ttl_s: float | None = None, wait_s: float | None = None
+    ) -> Iterator[Lease]:
         """Hold the session's lease for the block, renewing it every ttl/3 while the block runs."""
         lease = self.acquire(session, ttl_s=ttl_s, wait_s=wait_s)
+        ttl_s = lease.ttl_s
         stop = threading.Event()
 
         def keep_alive() -> None:

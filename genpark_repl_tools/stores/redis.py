@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._exceptions import MissingDependency
-from ._base import Lease, SessionStore, StoreEntry, StoredSnapshot, StoreError, busy, new_token
+from ._base import Lease, SessionStore, StoredSnapshot, StoreEntry, StoreError, busy, lease_times, new_token
 
 __all__ = ["RedisStore"]
 
@@ -49,7 +49,9 @@ class RedisStore(SessionStore):
             engine = ReplEngine(store=store, snapshot_key=key)
     """
 
-    def __init__(self, url: str = "redis://localhost:6379/0", *, prefix: str = "genpark:", client: Any = None) -> None:
+    def __init__(
+        self, url: str = "redis://localhost:6379/0", *, prefix: str = "genpark:", client: Any = None
+    ) -> None:
         redis = _redis()
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError,)
         self.url = url
@@ -110,7 +112,8 @@ class RedisStore(SessionStore):
             for name in names:
                 pipe.hmget(self._key("snap", name), "version", "size", "saved_at")
             rows = pipe.execute()
-        return [_entry(name, values) for name, values in zip(names, rows) if values[0] is not None]
+        pairs = zip(names, rows, strict=True)
+        return [_entry(name, values) for name, values in pairs if values[0] is not None]
 
     def delete(self, session: str) -> bool:
         with self._mapped():
@@ -122,7 +125,8 @@ class RedisStore(SessionStore):
 
     # ---- leases ---------------------------------------------------------------------------------
 
-    def acquire(self, session: str, *, ttl_s: float = 30.0, wait_s: float = 10.0) -> Lease:
+    def acquire(self, session: str, *, ttl_s: float | None = None, wait_s: float | None = None) -> Lease:
+        ttl_s, wait_s = lease_times(self, ttl_s, wait_s)
         token = new_token()
         key = self._key("lease", session)
         deadline = time.monotonic() + wait_s

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ._base import Lease, SessionStore, StoreEntry, StoredSnapshot, StoreError, busy, new_token
+from ._base import Lease, SessionStore, StoredSnapshot, StoreEntry, StoreError, busy, lease_times, new_token
 
 __all__ = ["SQLiteStore"]
 
@@ -42,8 +42,16 @@ class SQLiteStore(SessionStore):
             engine = ReplEngine(store=store, snapshot_key=key)
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout_s: float = 10.0,
+        lease_ttl_s: float = 30.0,
+        lease_wait_s: float = 10.0,
+    ) -> None:
         self.path = Path(path)
+        self.lease_ttl_s, self.lease_wait_s = lease_ttl_s, lease_wait_s
         self._lock = threading.Lock()
         try:
             self._db: sqlite3.Connection | None = sqlite3.connect(
@@ -125,7 +133,8 @@ class SQLiteStore(SessionStore):
 
     # ---- leases ---------------------------------------------------------------------------------
 
-    def acquire(self, session: str, *, ttl_s: float = 30.0, wait_s: float = 10.0) -> Lease:
+    def acquire(self, session: str, *, ttl_s: float | None = None, wait_s: float | None = None) -> Lease:
+        ttl_s, wait_s = lease_times(self, ttl_s, wait_s)
         token = new_token()
         deadline = time.monotonic() + wait_s
         while True:
@@ -133,7 +142,8 @@ class SQLiteStore(SessionStore):
             with self._tx(immediate=True) as db:
                 taken = db.execute(
                     "INSERT INTO leases (session, token, expires_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT(session) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at "
+                    "ON CONFLICT(session) DO UPDATE SET token = excluded.token, "
+                    "expires_at = excluded.expires_at "
                     "WHERE leases.expires_at <= ?",
                     (session, token, now + ttl_s, now),
                 ).rowcount
