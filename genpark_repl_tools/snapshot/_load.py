@@ -339,6 +339,10 @@ def _load(
             restored.append(name)
         except (SnapshotRefused, ExecutionTimeout):
             raise
+        except PolicyViolation as exc:
+            raise SnapshotRefused(
+                f"rebuilding {name!r} was refused by the policy ({exc}); nothing was loaded", reason=str(exc)
+            ) from None
         except Exception as exc:
             failed[name] = str(exc) if isinstance(exc, _Depends) else f"{type(exc).__name__}: {exc}"[:300]
             unpickler = _recover(unpickler, payload, records, index, buffers, rebuilder)

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-KEY = b"durable-tests-key-0123456789abcdef"
-
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from genpark_repl_tools.stores import SQLiteStore, SessionStore
+from genpark_repl_tools.stores import SessionStore, SQLiteStore
 from genpark_repl_tools.testing.store_conformance import StoreConformance
 
 
