@@ -59,7 +59,11 @@ class ReplEngine:
         self._durable: Durability | None = None
         self._snapshot_key = snapshot_key
         if store is not None:
-            self._durability(store)
+            try:
+                self._durability(store)
+            except BaseException:
+                self._boundary.close()
+                raise
 
     # ---- properties -----------------------------------------------------------------------------
 
