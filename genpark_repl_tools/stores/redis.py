@@ -50,9 +50,16 @@ class RedisStore(SessionStore):
     """
 
     def __init__(
-        self, url: str = "redis://localhost:6379/0", *, prefix: str = "genpark:", client: Any = None
+        self,
+        url: str = "redis://localhost:6379/0",
+        *,
+        prefix: str = "genpark:",
+        lease_ttl_s: float = 30.0,
+        lease_wait_s: float = 10.0,
+        client: Any = None,
     ) -> None:
         redis = _redis()
+        self.lease_ttl_s, self.lease_wait_s = lease_ttl_s, lease_wait_s
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError,)
         self.url = url
         self.prefix = prefix

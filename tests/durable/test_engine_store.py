@@ -66,9 +66,9 @@ def test_reset_deletes_the_stored_snapshot(store: SQLiteStore) -> None:
 
 
 def test_a_busy_session_raises_after_the_wait(store: SQLiteStore) -> None:
-    with ReplEngine(store=store, snapshot_key=KEY) as engine, store.hold("s"):  # as if another process ran it
-        with pytest.raises(SessionBusy, match="busy in another process"):
-            engine.run("x = 1", session="s")
+    engine = ReplEngine(store=store, snapshot_key=KEY)
+    with engine, store.hold("s"), pytest.raises(SessionBusy, match="busy in another process"):
+        engine.run("x = 1", session="s")  # as if another process ran the session
 
 
 def test_an_altered_stored_snapshot_is_refused(store: SQLiteStore) -> None:

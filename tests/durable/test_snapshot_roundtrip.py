@@ -124,7 +124,8 @@ def test_arrays_and_dataframes_out_of_band(engines: list[ReplEngine], policy: st
     code = (
         "import numpy as np\nimport pandas as pd\n"
         "arr = np.arange(100_000, dtype='float64').reshape(1000, 100)\n"
-        "df = pd.DataFrame({'a': np.arange(50_000), 'b': np.linspace(0, 1, 50_000), 'c': ['x', 'y'] * 25_000})\n"
+        "df = pd.DataFrame({'a': np.arange(50_000), 'b': np.linspace(0, 1, 50_000),\n"
+        "                   'c': ['x', 'y'] * 25_000})\n"
         "s = df['a'] * 2\n"
     )
     engine, snapshot = round_trip(engines, policy, code)

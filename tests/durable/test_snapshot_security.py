@@ -133,7 +133,10 @@ def test_session_code_cannot_smuggle_a_reducer(engines: list[ReplEngine], tmp_pa
     under a restricted policy is refused, and the command never runs."""
     marker = tmp_path / "pwned"
     trusted = engine_for(engines, "trusted")
-    code = f"import os\nclass E:\n    def __reduce__(self):\n        return (os.system, ('touch {marker}',))\ne = E()\n"
+    code = (
+        "import os\nclass E:\n    def __reduce__(self):\n"
+        f"        return (os.system, ('touch {marker}',))\ne = E()\n"
+    )
     assert trusted.run(code).status == "ok"
     snapshot = trusted.snapshot()
     assert "e" in {v.name for v in snapshot.manifest.saved}
@@ -146,7 +149,10 @@ def test_session_code_cannot_smuggle_a_reducer(engines: list[ReplEngine], tmp_pa
 def test_pickling_runs_session_code_under_its_guards(engines: list[ReplEngine]) -> None:
     """Pickling a list subclass calls its __iter__: that runs under the session's policy."""
     engine = engine_for(engines, "standard")
-    code = "class Bag(list):\n    def __iter__(self):\n        open('/etc/hostname').read()\n        return iter([])\nb = Bag([1])\nok = 1\n"
+    code = (
+        "class Bag(list):\n    def __iter__(self):\n        open('/etc/hostname').read()\n"
+        "        return iter([])\nb = Bag([1])\nok = 1\n"
+    )
     assert engine.run(code).status == "ok"
     snapshot = engine.snapshot()
     reasons = {s.name: s.reason for s in snapshot.manifest.not_saved}
