@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._boundary import BaseBoundary, ExecutionRequest
 from .._exceptions import SessionNotFound
 from .._models import ExecutionResult, SessionRestore
-from ._format import SessionSnapshot
+from ._format import SessionSnapshot, SnapshotError
 from ._load import restore_snapshot
 from ._save import take_snapshot
 
@@ -96,7 +96,11 @@ class Durability:
             restored = self._catch_up(name)
             result = execute(request)
             if _ran(result):
-                entry = store.put(name, self.snapshot(name).to_bytes())
+                try:
+                    entry = store.put(name, self.snapshot(name).to_bytes())
+                except SnapshotError as exc:
+                    note = f"This run's changes were not saved to the session store: {exc}."
+                    return result.model_copy(update={"notes": [*result.notes, note]})
                 self._versions[name] = entry.version
         if restored is not None:
             result = result.model_copy(
