@@ -92,20 +92,20 @@ class Durability:
         store = self.store
         assert store is not None
         name = request.session
+        notes: list[str] = []
         with store.hold(name):
             restored = self._catch_up(name)
             result = execute(request)
             if _ran(result):
                 try:
                     entry = store.put(name, self.snapshot(name).to_bytes())
+                    self._versions[name] = entry.version
                 except SnapshotError as exc:
-                    note = f"This run's changes were not saved to the session store: {exc}."
-                    return result.model_copy(update={"notes": [*result.notes, note]})
-                self._versions[name] = entry.version
+                    notes.append(f"This run's changes were not saved to the session store: {exc}.")
         if restored is not None:
-            result = result.model_copy(
-                update={"session_restored": restored, "notes": [restore_note(restored), *result.notes]}
-            )
+            notes.insert(0, restore_note(restored))
+        if notes:
+            result = result.model_copy(update={"session_restored": restored, "notes": [*notes, *result.notes]})
         return result
 
     def _catch_up(self, name: str) -> SessionRestore | None:
