@@ -105,7 +105,8 @@ class Durability:
         if restored is not None:
             notes.insert(0, restore_note(restored))
         if notes:
-            result = result.model_copy(update={"session_restored": restored, "notes": [*notes, *result.notes]})
+            update = {"session_restored": restored, "notes": [*notes, *result.notes]}
+            result = result.model_copy(update=update)
         return result
 
     def _catch_up(self, name: str) -> SessionRestore | None:
