@@ -12,7 +12,6 @@ as plain pickle would.
 from __future__ import annotations
 
 import builtins
-import datetime as _dt
 import importlib
 import io
 import pickle
@@ -25,7 +24,7 @@ from typing import Any
 
 from .._compile import compile_cell
 from .._limits import Limits
-from .._models import SessionRestore, SkippedVariable
+from .._models import SessionRestore, SkippedVariable, SnapshotManifest
 from .._runner import Session, call_guarded
 from .._watchdog import ExecutionTimeout
 from ..policy._audithook import host_code
@@ -322,7 +321,7 @@ def restore_snapshot(
 def _load(
     session: Session, runtime: PolicyRuntime, snapshot: SessionSnapshot, header: dict[str, Any]
 ) -> SessionRestore:
-    manifest = snapshot.manifest
+    manifest = SnapshotManifest.model_validate(header["manifest"])  # the authenticated header's
     rebuilder = _Rebuilder(session, runtime, header)
     payload = io.BytesIO(snapshot.payload)
     buffers = _Buffers(list(snapshot.buffers))
@@ -389,7 +388,3 @@ def version_warnings(python: str, libraries: dict[str, str]) -> list[str]:
         elif current != version:
             warnings.append(f"the snapshot was made with {name} {version}; this is {name} {current}")
     return warnings
-
-
-def snapshot_age(created_at: _dt.datetime) -> str:
-    return created_at.strftime("%Y-%m-%d %H:%M:%S UTC")

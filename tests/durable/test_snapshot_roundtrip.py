@@ -219,3 +219,18 @@ def test_version_mismatch_is_reported_plainly() -> None:
     assert any("Python 3.1.0" in w for w in warnings)
     assert any("numpy 0.0.1" in w for w in warnings)
     assert any("not installed" in w for w in warnings)
+
+
+def test_a_value_that_fails_to_rebuild_does_not_take_the_others(engines: list[ReplEngine]) -> None:
+    code = (
+        "class Bad:\n    def __reduce__(self):\n        return (int, ('not a number',))\n"
+        "bad = Bad()\nlater = [bad, 2]\nfine = {'a': 1}\n"
+    )
+    first = fresh(engines, "trusted")
+    assert first.run(code).status == "ok"
+    second = fresh(engines, "trusted")
+    info = second.restore("default", first.snapshot().to_bytes())
+    assert set(info.failed) == {"bad", "later"}
+    assert "ValueError" in info.failed["bad"]
+    assert "depends on a value that could not be rebuilt" in info.failed["later"]
+    assert "fine" in info.restored and value(second, "fine") == "{'a': 1}"
