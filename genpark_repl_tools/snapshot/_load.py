@@ -79,6 +79,7 @@ class _Rebuilder:
             "klass": self.klass,
             "class_state": self.class_state,
             "module": self.module,
+            "lru_cache": self.lru_cache,
             "namedtuple": self.namedtuple,
             "empty_cell": markers.empty_cell,
         }
@@ -197,6 +198,11 @@ class _Rebuilder:
             return import_by_name(self.table, str(name))
         except (PolicyViolation, ImportError, AttributeError) as exc:
             raise SnapshotRefused(f"the snapshot imports {name!r}: {exc}; nothing was loaded") from None
+
+    def lru_cache(self, wrapped: Any, maxsize: int | None, typed: bool) -> Any:
+        if not (maxsize is None or isinstance(maxsize, int)) or not isinstance(typed, bool):
+            raise SnapshotRefused("the snapshot's lru_cache options are malformed; nothing was loaded")
+        return import_by_name(self.table, "functools").lru_cache(maxsize=maxsize, typed=typed)(wrapped)
 
     def namedtuple(self, name: str, fields: tuple[str, ...], defaults: tuple[Any, ...] | None) -> type:
         factory = import_by_name(self.table, "collections").namedtuple
@@ -323,18 +329,25 @@ def _load(
 ) -> SessionRestore:
     manifest = SnapshotManifest.model_validate(header["manifest"])  # the authenticated header's
     rebuilder = _Rebuilder(session, runtime, header)
+    restored: list[str] = []
+    failed: dict[str, str] = {}
+    imports = header.get("imports", {})
+    for name, module in imports.items():
+        try:
+            session.namespace[name] = import_by_name(rebuilder.table, module)
+            restored.append(name)
+        except (PolicyViolation, ImportError, AttributeError) as exc:
+            failed[name] = f"import {module} is not possible here: {exc}"[:300]
     payload = io.BytesIO(snapshot.payload)
     buffers = _Buffers(list(snapshot.buffers))
     unpickler: Any = _Unpickler(payload, buffers, rebuilder)
-    restored: list[str] = []
-    failed: dict[str, str] = {}
-    values: dict[str, Any] = {}
     records = header["records"]
     for index, (name, offset, _length, first_buffer, _count) in enumerate(records):
         payload.seek(offset)
         buffers.at = first_buffer
         try:
-            values[name] = unpickler.load()
+            # bound at once: a class body rebuilt by a later record may use it
+            session.namespace[name] = unpickler.load()
             restored.append(name)
         except (SnapshotRefused, ExecutionTimeout):
             raise
@@ -345,14 +358,6 @@ def _load(
         except Exception as exc:
             failed[name] = str(exc) if isinstance(exc, _Depends) else f"{type(exc).__name__}: {exc}"[:300]
             unpickler = _recover(unpickler, payload, records, index, buffers, rebuilder)
-    imports = header.get("imports", {})
-    for name, module in imports.items():
-        try:
-            values[name] = import_by_name(rebuilder.table, module)
-            restored.append(name)
-        except (PolicyViolation, ImportError, AttributeError) as exc:
-            failed[name] = f"import {module} is not possible here: {exc}"[:300]
-    session.namespace.update(values)
     session.execution_count = manifest.execution_count
     bookkeeping = header.get("bookkeeping", {})
     session.global_names = frozenset(bookkeeping.get("global_names", ()))

@@ -16,6 +16,7 @@ __all__ = [
     "function",
     "function_state",
     "klass",
+    "lru_cache",
     "module",
     "namedtuple",
 ]
@@ -53,6 +54,10 @@ def function_state(*args: Any) -> NoReturn:
 
 def klass(*args: Any) -> NoReturn:
     _placeholder("klass")
+
+
+def lru_cache(*args: Any) -> NoReturn:
+    _placeholder("lru_cache")
 
 
 def module(*args: Any) -> NoReturn:

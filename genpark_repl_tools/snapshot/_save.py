@@ -10,6 +10,7 @@ around the guards, and its output would be what that class chose. Under `trusted
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import io
 import pickle
@@ -17,6 +18,8 @@ import platform
 import sys
 import threading
 import types
+import typing
+from functools import _lru_cache_wrapper
 from types import CellType, CodeType, FunctionType, ModuleType
 from typing import Any
 
@@ -56,7 +59,14 @@ _CLASS_SKIP = frozenset(
         "__annotations__",
         "__static_attributes__",
         "__firstlineno__",
+        "__slotnames__",
     }
+)
+# Class attributes the class statement itself makes: slot descriptors, NamedTuple field getters.
+_MADE_WITH_CLASS = (
+    types.MemberDescriptorType,
+    types.GetSetDescriptorType,
+    type(collections.namedtuple("_T", "a").a),  # type: ignore[attr-defined]
 )
 _DATACLASS_PARAMS = ("init", "repr", "eq", "order", "unsafe_hash", "frozen")
 _LOCKS = (type(threading.Lock()), type(threading.RLock()), threading.Condition, threading.Semaphore)
@@ -111,14 +121,12 @@ class _Context:
         if self._specials is None:
             self._specials = {}
             guards = getattr(self.table.get("__import__"), "__self__", None)
-            for view in dict(getattr(guards, "views", {})).values():
+            for name, view in dict(getattr(guards, "views", {})).items():
+                real = sys.modules.get(name)
                 for attr, value in list(vars(view).items()):
-                    if attr.startswith("_"):
+                    if attr.startswith("_") or isinstance(value, ModuleType):
                         continue
-                    module = getattr(value, "__module__", None) or ""
-                    if isinstance(value, types.MethodType) or (
-                        isinstance(value, FunctionType) and module.startswith("genpark_repl_tools")
-                    ):
+                    if getattr(real, attr, None) is not value:  # the session's own stand-in
                         self._specials[id(value)] = (value, view, attr)
         hit = self._specials.get(id(obj))
         return hit if hit is not None and hit[0] is obj else None
@@ -158,10 +166,15 @@ class _Context:
         kind = type(obj)
         if getattr(obj, "__module__", None) == markers.MODULE:
             return NotImplemented
-        if self.restricted and kind in (FunctionType, types.MethodType):
+        if self.restricted and (callable(obj) or isinstance(obj, type)):
             hit = self.special(obj)
             if hit is not None:
                 return (getattr, (hit[1], hit[2]))
+        if isinstance(obj, _lru_cache_wrapper):
+            params = obj.cache_parameters()
+            return (markers.lru_cache, (obj.__wrapped__, params["maxsize"], params["typed"]))
+        if isinstance(obj, typing.TypeVar):
+            return (typing.TypeVar, (obj.__name__, *obj.__constraints__))
         if kind is FunctionType:
             return self.function(obj)
         if kind is CellType:
@@ -214,8 +227,12 @@ class _Context:
             return NotImplemented
         if self.restricted:
             for base in cls.__mro__:
-                if base.__module__ == cls.__module__ and _REDUCER_HOOKS & set(vars(base)):
-                    raise NotSaved(f"class {base.__name__} defines its own pickling hooks")
+                if base.__module__ != cls.__module__:
+                    continue
+                for hook in _REDUCER_HOOKS & set(vars(base)):
+                    code = _code_of(vars(base)[hook])
+                    if code is None or code.co_filename.startswith(CELL_PREFIX):
+                        raise NotSaved(f"class {base.__name__} defines its own pickling hook {hook}")
         body = self.class_body(cls)
         if body is None:
             if issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
@@ -231,7 +248,7 @@ class _Context:
             keywords["metaclass"] = type(cls)
         params = cls.__dict__.get("__dataclass_params__")
         dataclass = {k: getattr(params, k) for k in _DATACLASS_PARAMS} if params is not None else None
-        state = {} if _is_enum(cls) else self.class_state(cls, code, dataclass is not None)
+        state = {} if _is_enum(cls) else self.class_state(cls, code)
         args = (filename, index, cls.__name__, cls.__qualname__, tuple(bases), keywords, dataclass)
         return (markers.klass, args, state, None, None, markers.class_state)
 
@@ -262,19 +279,17 @@ class _Context:
                     return filename, index, candidate
         return None
 
-    def class_state(self, cls: type, body: CodeType, dataclass: bool) -> dict[str, Any]:
+    def class_state(self, cls: type, body: CodeType) -> dict[str, Any]:
         from_body = [c for c in body.co_consts if isinstance(c, CodeType)]
         state = {}
         for key, value in vars(cls).items():
-            if key in _CLASS_SKIP or isinstance(
-                value, (types.MemberDescriptorType, types.GetSetDescriptorType)
-            ):
+            if key in _CLASS_SKIP or isinstance(value, _MADE_WITH_CLASS):
                 continue
             code = _code_of(value)
             if code is not None and any(code is c or code == c for c in from_body):
                 continue  # the class statement makes it again
-            if dataclass and code is not None and not code.co_filename.startswith(CELL_PREFIX):
-                continue  # generated by dataclass(), which the restore applies again
+            if code is not None and not code.co_filename.startswith(CELL_PREFIX) and not _importable(value):
+                continue  # generated (dataclass, NamedTuple, Enum): made again with the class
             state[key] = value
         return state
 
@@ -401,6 +416,20 @@ def _code_of(value: Any) -> CodeType | None:
         value = value.fget
     code = getattr(value, "__code__", None) if isinstance(value, FunctionType) else None
     return code if isinstance(code, CodeType) else None
+
+
+def _importable(value: Any) -> bool:
+    """Whether a function can be named by module and qualified name (so pickled by reference)."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    module = sys.modules.get(getattr(value, "__module__", None) or "")
+    qualname = getattr(value, "__qualname__", "")
+    if module is None or not isinstance(qualname, str) or "<" in qualname:
+        return False
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found is value
 
 
 def _winner(bases: tuple[Any, ...]) -> type:

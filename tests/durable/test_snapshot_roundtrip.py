@@ -234,3 +234,100 @@ def test_a_value_that_fails_to_rebuild_does_not_take_the_others(engines: list[Re
     assert "ValueError" in info.failed["bad"]
     assert "depends on a value that could not be rebuilt" in info.failed["later"]
     assert "fine" in info.restored and value(second, "fine") == "{'a': 1}"
+
+
+# (setup code, check expression, expected value) for the shapes of session code agents write
+KINDS = {
+    "enum": (
+        "from enum import Enum\nclass Color(Enum):\n    RED = 1\n    BLUE = 2\nc = Color.BLUE\n",
+        "c is Color.BLUE, Color(1).name",
+        "(True, 'RED')",
+    ),
+    "lru_cache": (
+        "import functools\n@functools.lru_cache(maxsize=None)\ndef fib(n):\n"
+        "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
+        "fib(30), fib.cache_info().maxsize",
+        "(832040, None)",
+    ),
+    "namedtuple": (
+        "from collections import namedtuple\nP = namedtuple('P', 'x y')\np = P(1, 2)\n",
+        "p, P(3, 4).y",
+        "(P(x=1, y=2), 4)",
+    ),
+    "typing.NamedTuple": (
+        "from typing import NamedTuple\nclass Q(NamedTuple):\n    a: int\n    b: str = 'z'\nq = Q(1)\n",
+        "q, Q(2, 'w')",
+        "(Q(a=1, b='z'), Q(a=2, b='w'))",
+    ),
+    "slots": (
+        "class S:\n    __slots__ = ('a', 'b')\n    def __init__(self):\n        self.a = 1\n"
+        "        self.b = 2\ns = S()\n",
+        "s.a + s.b",
+        "3",
+    ),
+    "nested class": (
+        "class Outer:\n    class Inner:\n        v = 5\n    def get(self):\n        return self.Inner.v\n"
+        "o = Outer()\n",
+        "o.get(), Outer.Inner.v",
+        "(5, 5)",
+    ),
+    "dict subclass": (
+        "class D(dict):\n    def total(self):\n        return sum(self.values())\nd = D(a=1, b=2)\n",
+        "d.total(), type(d).__name__",
+        "(3, 'D')",
+    ),
+    "exception": (
+        "class MyErr(ValueError):\n    pass\ne = MyErr('boom')\n",
+        "isinstance(e, ValueError), str(e)",
+        "(True, 'boom')",
+    ),
+    "partial": (
+        "import functools\ndef add(a, b):\n    return a + b\ninc = functools.partial(add, 1)\n",
+        "inc(41)",
+        "42",
+    ),
+    "abc": (
+        "from abc import ABC, abstractmethod\nclass A(ABC):\n    @abstractmethod\n    def f(self): ...\n"
+        "class B(A):\n    def f(self):\n        return 7\nb = B()\n",
+        "b.f(), isinstance(b, A)",
+        "(7, True)",
+    ),
+    "property and class/static methods": (
+        "class T:\n    def __init__(self):\n        self.w = 3\n    @property\n    def v(self):\n"
+        "        return self.w * 2\n"
+        "    @staticmethod\n    def s():\n        return 1\n    @classmethod\n    def c(cls):\n"
+        "        return cls.__name__\nt = T()\n",
+        "t.v, T.s(), T.c()",
+        "(6, 1, 'T')",
+    ),
+    "stdlib values": (
+        "from decimal import Decimal\nfrom fractions import Fraction\nimport datetime\n"
+        "from collections import Counter, deque\n"
+        "v = (Decimal('1.1'), Fraction(1, 3), datetime.date(2020, 1, 2))\nc = Counter('abca')\n"
+        "q = deque([1, 2])\n",
+        "v, c['a'], list(q)",
+        "((Decimal('1.1'), Fraction(1, 3), datetime.date(2020, 1, 2)), 2, [1, 2])",
+    ),
+    "hashable instances in a set": (
+        "class H:\n    def __init__(self, v):\n        self.v = v\n    def __hash__(self):\n"
+        "        return hash(self.v)\n"
+        "    def __eq__(self, o):\n        return self.v == o.v\nhs = {H(1), H(2)}\n",
+        "len(hs), H(1) in hs",
+        "(2, True)",
+    ),
+    "generic class": (
+        "from typing import Generic, TypeVar\nT = TypeVar('T')\nclass Box(Generic[T]):\n"
+        "    def __init__(self, v):\n        self.v = v\nbx = Box(3)\n",
+        "bx.v, Box[int](4).v",
+        "(3, 4)",
+    ),
+}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_shapes_of_session_code(engines: list[ReplEngine], policy: str, kind: str) -> None:
+    code, check, expected = KINDS[kind]
+    engine, snapshot = round_trip(engines, policy, code)
+    assert snapshot.manifest.not_saved == []
+    assert value(engine, check) == expected
