@@ -77,6 +77,15 @@ class Durability:
             return take_snapshot(session, self.boundary._runtime, self.boundary.limits, self.key)  # type: ignore[attr-defined]
 
     def restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
+        """Restore by hand; with a store, the restored state becomes the stored one too."""
+        if self.store is None:
+            return self._restore(name, snapshot)
+        with self.store.hold(name):
+            restored = self._restore(name, snapshot)
+            self._versions[name] = self.store.put(name, self.snapshot(name).to_bytes()).version
+        return restored
+
+    def _restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
         if not isinstance(snapshot, SessionSnapshot):
             snapshot = SessionSnapshot.from_bytes(snapshot)
         session = self._session(name, create=True)
@@ -118,7 +127,7 @@ class Durability:
         stored = self.store.get(name)
         if stored is None:
             return None
-        restored = self.restore(name, stored.data)
+        restored = self._restore(name, stored.data)
         self._versions[name] = stored.entry.version
         return restored
 

@@ -96,3 +96,15 @@ def test_store_needs_the_inprocess_boundary(store: SQLiteStore) -> None:
     pytest.importorskip("genpark_repl_tools.boundaries.subprocess")
     with pytest.raises(ValueError, match="inprocess boundary"):
         ReplEngine(boundary="subprocess", store=store, snapshot_key=KEY)
+
+
+def test_a_restore_by_hand_becomes_the_stored_state(store: SQLiteStore) -> None:
+    with ReplEngine(snapshot_key=KEY) as loose:
+        loose.run("answer = 42")
+        snapshot = loose.snapshot()
+    with ReplEngine(store=store, snapshot_key=KEY) as engine:
+        engine.run("answer = 0", session="s")
+        engine.restore("s", snapshot)
+        assert engine.run("answer", session="s").value == "42"
+    with ReplEngine(store=store, snapshot_key=KEY) as other:
+        assert other.run("answer", session="s").value == "42"

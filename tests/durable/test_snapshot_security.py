@@ -42,6 +42,9 @@ class Reduces:
     def __reduce__(self) -> tuple[Any, ...]:
         return (self.func, self.args)
 
+    def __call__(self) -> None:  # pickle wants the first item of a reduce tuple to be callable
+        raise AssertionError("never called in the test process")
+
 
 def crafted(value: Any, sources: dict[str, list[Any]] | None = None, key: bytes = KEY) -> SessionSnapshot:
     """A snapshot whose one variable `x` pickles as `value`, correctly signed with `key`."""
@@ -113,6 +116,19 @@ def test_crafted_source_is_audited_again(engines: list[ReplEngine], tmp_path: Pa
     with pytest.raises(SnapshotRefused, match="refused by policy"):
         engine.restore("default", crafted(value, {filename: [1, source]}))
     assert not marker.exists()
+
+
+def test_a_crafted_call_of_an_allowed_method_meets_the_audit_hook(engines: list[ReplEngine]) -> None:
+    """pathlib is allowed under standard, and Path.read_text is public: the call still runs under
+    the session's audit hook, which refuses reading outside the workspace."""
+    from pathlib import Path as RealPath
+
+    read = Reduces(Reduces(getattr, RealPath("/etc/hostname"), "read_text"))
+    engine = engine_for(engines, "standard")
+    with pytest.raises(SnapshotRefused, match="refused by the policy"):
+        engine.restore("default", crafted(read))
+    with pytest.raises(SnapshotRefused, match="does not let a restore rebuild"):
+        engine_for(engines, "strict").restore("default", crafted(read))
 
 
 def test_crafted_closure_and_unknown_marker_are_refused(engines: list[ReplEngine]) -> None:
