@@ -164,7 +164,7 @@ class _Context:
 
     def reduce(self, obj: Any) -> Any:
         kind = type(obj)
-        if getattr(obj, "__module__", None) == markers.MODULE:
+        if kind is FunctionType and obj.__module__ == markers.MODULE:
             return NotImplemented
         if self.restricted and (callable(obj) or isinstance(obj, type)):
             hit = self.special(obj)
