@@ -8,6 +8,8 @@ with ReplEngine() as engine:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._boundary import BaseBoundary, ExecutionRequest, MockBoundary
 from ._engine import ReplEngine
 from ._exceptions import (
@@ -27,12 +29,20 @@ from ._models import (
     AuditReport,
     ErrorInfo,
     ExecutionResult,
+    SessionRestore,
+    SkippedVariable,
+    SnapshotManifest,
+    SnapshotVariable,
     Status,
     VariableChanges,
     VariableInfo,
 )
 from ._observation import render_variables
 from .policy import Policy
+
+if TYPE_CHECKING:
+    from .snapshot import SessionSnapshot, SnapshotAuthError, SnapshotError, SnapshotRefused
+    from .stores import SessionBusy, SessionStore, SQLiteStore, StoreError
 
 __version__ = "0.1.0"
 
@@ -54,11 +64,44 @@ __all__ = [
     "Policy",
     "ReplEngine",
     "ReplError",
+    "SQLiteStore",
+    "SessionBusy",
     "SessionNotFound",
+    "SessionRestore",
+    "SessionSnapshot",
+    "SessionStore",
+    "SkippedVariable",
+    "SnapshotAuthError",
+    "SnapshotError",
+    "SnapshotManifest",
+    "SnapshotRefused",
+    "SnapshotVariable",
     "Status",
+    "StoreError",
     "VariableChanges",
     "VariableInfo",
     "VariableNotFound",
     "__version__",
     "render_variables",
 ]
+
+# Durable sessions load on first use: `import genpark_repl_tools` does not import sqlite3 or pickle.
+_LAZY = {
+    "SessionSnapshot": "snapshot",
+    "SnapshotAuthError": "snapshot",
+    "SnapshotError": "snapshot",
+    "SnapshotRefused": "snapshot",
+    "SQLiteStore": "stores",
+    "SessionBusy": "stores",
+    "SessionStore": "stores",
+    "StoreError": "stores",
+}
+
+
+def __getattr__(name: str) -> Any:
+    package = _LAZY.get(name)
+    if package is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{package}", __name__), name)

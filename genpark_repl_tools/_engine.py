@@ -5,13 +5,18 @@ from __future__ import annotations
 import ast
 import asyncio
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._boundary import BaseBoundary, ExecutionRequest
 from ._exceptions import EngineClosed, SessionNotFound
 from ._limits import Limits
-from ._models import AuditReport, ErrorInfo, ExecutionResult, VariableInfo
+from ._models import AuditReport, ErrorInfo, ExecutionResult, SessionRestore, VariableInfo
 from .policy import Policy, runtime_for
+
+if TYPE_CHECKING:
+    from .snapshot import SessionSnapshot
+    from .snapshot._durable import Durability
+    from .stores import SessionStore
 
 __all__ = ["ReplEngine"]
 
@@ -35,6 +40,9 @@ class ReplEngine:
         policy: str | Policy = "standard",
         boundary: str | BaseBoundary = "inprocess",
         limits: Limits | None = None,
+        *,
+        store: SessionStore | None = None,
+        snapshot_key: bytes | str | None = None,
         **boundary_options: Any,
     ) -> None:
         if isinstance(boundary, BaseBoundary):
@@ -47,6 +55,15 @@ class ReplEngine:
                 raise TypeError(f"policy must be a preset name or a Policy, not {type(policy).__name__}")
             self._boundary = _make_boundary(boundary, resolved, limits or Limits(), boundary_options)
         self._closed = False
+        # ---- durable sessions (issue 13, phase 1: in-process boundary only) ----
+        self._durable: Durability | None = None
+        self._snapshot_key = snapshot_key
+        if store is not None:
+            try:
+                self._durability(store)
+            except BaseException:
+                self._boundary.close()
+                raise
 
     # ---- properties -----------------------------------------------------------------------------
 
@@ -69,7 +86,7 @@ class ReplEngine:
         request = self._prepare(code, session, timeout_s)
         if isinstance(request, ExecutionResult):
             return request
-        return self._boundary.execute(request)
+        return self._execute(request)
 
     async def arun(
         self, code: str, session: str = "default", *, timeout_s: float | None = None
@@ -82,7 +99,7 @@ class ReplEngine:
         request = self._prepare(code, session, timeout_s)
         if isinstance(request, ExecutionResult):
             return request
-        future = asyncio.get_running_loop().run_in_executor(None, self._boundary.execute, request)
+        future = asyncio.get_running_loop().run_in_executor(None, self._execute, request)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -112,6 +129,11 @@ class ReplEngine:
                 ),
             )
         return ExecutionRequest(code, session, timeout_s)
+
+    def _execute(self, request: ExecutionRequest) -> ExecutionResult:
+        if self._durable is not None and self._durable.store is not None:
+            return self._durable.run(request, self._boundary.execute)  # lease, restore if stale, save
+        return self._boundary.execute(request)
 
     def interrupt(self, session: str = "default") -> bool:
         """Stop the code running in `session` now; returns whether anything was running.
@@ -161,6 +183,34 @@ class ReplEngine:
         self._check_open()
         _check_session(session)
         self._boundary.reset(session)
+        if self._durable is not None:
+            self._durable.forget(session)  # with a store, the stored snapshot goes too
+
+    # ---- durable sessions (issue 13, phase 1: in-process boundary only) -------------------------
+
+    def snapshot(self, session: str = "default") -> SessionSnapshot:
+        """The session's variables by value and imports by name, signed with this engine's key."""
+        self._check_open()
+        _check_session(session)
+        return self._durability().snapshot(session)
+
+    def restore(self, session: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
+        """Replace the session's state with a snapshot made with this engine's key.
+
+        Raises SnapshotAuthError for an altered or foreign snapshot and SnapshotRefused when it
+        names something the policy does not allow; either way nothing of it is loaded.
+        """
+        self._check_open()
+        _check_session(session)
+        return self._durability().restore(session, snapshot)
+
+    def _durability(self, store: SessionStore | None = None) -> Durability:
+        if self._durable is None:
+            from .snapshot._durable import Durability, resolve_key
+
+            key = resolve_key(self._snapshot_key, store)
+            self._durable = Durability(self._boundary, key, store)
+        return self._durable
 
     def sessions(self) -> list[str]:
         self._check_open()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +15,10 @@ __all__ = [
     "AuditReport",
     "ErrorInfo",
     "ExecutionResult",
+    "SessionRestore",
+    "SkippedVariable",
+    "SnapshotManifest",
+    "SnapshotVariable",
     "Status",
     "VariableChanges",
     "VariableInfo",
@@ -121,6 +126,59 @@ class Attachment(_Model):
     height: int | None = None
 
 
+# ---- durable sessions (snapshots) -----------------------------------------------------------------
+
+
+class SnapshotVariable(_Model):
+    """One variable a snapshot holds."""
+
+    name: str
+    type: str
+    bytes: int = Field(description="Size of its pickled form, out-of-band buffers included.")
+
+
+class SkippedVariable(_Model):
+    """One variable a snapshot could not hold, and why."""
+
+    name: str
+    type: str
+    reason: str
+
+
+class SnapshotManifest(_Model):
+    """What a session snapshot holds, what it left out and why, and where it was made."""
+
+    session: str
+    created_at: datetime
+    execution_count: int
+    policy: str
+    python: str = Field(description="Python version the snapshot was made with, e.g. '3.11.7'.")
+    libraries: dict[str, str] = Field(
+        default_factory=dict, description="Versions of the libraries its variables and imports use."
+    )
+    saved: list[SnapshotVariable] = Field(default_factory=list)
+    not_saved: list[SkippedVariable] = Field(default_factory=list)
+    imports: dict[str, str] = Field(
+        default_factory=dict, description="Module variables, re-imported by name under the policy."
+    )
+    size_bytes: int = 0
+
+
+class SessionRestore(_Model):
+    """How a session came back from a snapshot."""
+
+    snapshot_created_at: datetime
+    execution_count: int
+    restored: list[str] = Field(default_factory=list, description="Variables and imports that came back.")
+    not_saved: list[SkippedVariable] = Field(
+        default_factory=list, description="Variables the snapshot could not hold when it was made."
+    )
+    failed: dict[str, str] = Field(
+        default_factory=dict, description="Variables that were saved but could not be rebuilt here, and why."
+    )
+    warnings: list[str] = Field(default_factory=list, description="Python or library version mismatches.")
+
+
 class ExecutionResult(_Model):
     """What happened when a piece of code ran in a session."""
 
@@ -141,6 +199,9 @@ class ExecutionResult(_Model):
     duration_ms: float = 0.0
     session_restarted: bool = Field(
         False, description="The session's earlier state was lost before this run."
+    )
+    session_restored: SessionRestore | None = Field(
+        None, description="Set when this run first brought the session back from the session store."
     )
     policy: str = ""
     boundary: str = ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -63,6 +64,17 @@ def _ensure_venv(profile: str) -> None:
         [str(PY), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args], cwd=ROOT, check=True
     )
     stamp.write_text(digest.hexdigest())
+
+
+def _ensure_redis_server() -> None:
+    """The Redis store's tests start a real redis-server; install it with apt-get where it is missing."""
+    if shutil.which("redis-server") or not shutil.which("apt-get"):
+        return
+    sudo = ["sudo"] if hasattr(os, "geteuid") and os.geteuid() != 0 else []
+    print("installing redis-server (apt-get) for the Redis store tests ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run([*sudo, "apt-get", "update", "-qq"], check=False, env=env)
+    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "redis-server"], check=False, env=env)
 
 
 def _run(cmd: list[str]) -> int:
@@ -128,6 +140,7 @@ def main(argv: list[str]) -> int:
         return _run([str(PY), "examples/quickstart.py", *rest])
     if task == "test":
         _ensure_venv("test")
+        _ensure_redis_server()
         return _run([str(PY), "-m", "pytest", *rest])
     if task == "lint":
         _ensure_venv("test")

@@ -1,0 +1,172 @@
+"""The engine's durable-session plumbing for the in-process boundary (issue 13, phase 1).
+
+`Durability` takes and restores snapshots of the in-process boundary's sessions and, with a store,
+wraps each run: take the session's lease, restore the session from the store when this process
+does not hold its latest version, run, save. The shared session model will own this later; until
+then it reaches into `InProcessBoundary` through `_session()` only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._boundary import BaseBoundary, ExecutionRequest
+from .._exceptions import SessionNotFound
+from .._models import ExecutionResult, SessionRestore
+from ._format import SessionSnapshot, SnapshotError
+from ._load import restore_snapshot
+from ._save import take_snapshot
+
+if TYPE_CHECKING:
+    from .._runner import Session
+    from ..stores import SessionStore
+
+__all__ = ["Durability", "resolve_key"]
+
+KEY_ENV = "GENPARK_REPL_SNAPSHOT_KEY"
+_MIN_KEY_BYTES = 16
+_SHOWN_NAMES = 20
+
+
+def resolve_key(key: bytes | str | None, store: SessionStore | None) -> bytes:
+    """The HMAC key: given, else $GENPARK_REPL_SNAPSHOT_KEY, else (no store) a random one."""
+    if key is None:
+        key = os.environ.get(KEY_ENV) or None
+    if key is None:
+        if store is not None:
+            raise ValueError(
+                "a store needs a snapshot_key shared by every process that restores from it: pass "
+                f"snapshot_key=... (at least {_MIN_KEY_BYTES} bytes) or set ${KEY_ENV}"
+            )
+        return secrets.token_bytes(32)
+    raw = key.encode() if isinstance(key, str) else bytes(key)
+    if len(raw) < _MIN_KEY_BYTES:
+        raise ValueError(f"snapshot_key must have at least {_MIN_KEY_BYTES} bytes")
+    return raw
+
+
+class Durability:
+    """Snapshots and restores for one engine's in-process sessions, optionally through a store."""
+
+    def __init__(
+        self,
+        boundary: BaseBoundary,
+        key: bytes,
+        store: SessionStore | None,
+    ) -> None:
+        if boundary.name != "inprocess":
+            raise ValueError(
+                f"snapshots and stores work with the inprocess boundary for now, not {boundary.name!r}"
+            )
+        self.boundary = boundary
+        self.key = key
+        self.store = store
+        self._versions: dict[str, int] = {}  # store version this process last loaded or saved
+
+    def _session(self, name: str, create: bool) -> Session:
+        boundary: Any = self.boundary  # InProcessBoundary internals, until the shared session model
+        session: Session = boundary._get_or_create(name) if create else boundary._get(name)
+        return session
+
+    def snapshot(self, name: str) -> SessionSnapshot:
+        session = self._session(name, create=False)
+        with session.lock:
+            return take_snapshot(session, self.boundary._runtime, self.boundary.limits, self.key)  # type: ignore[attr-defined]
+
+    def restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
+        """Restore by hand; with a store, the restored state becomes the stored one too."""
+        if self.store is None:
+            return self._restore(name, snapshot)
+        with self.store.hold(name):
+            restored = self._restore(name, snapshot)
+            self._versions[name] = self.store.put(name, self.snapshot(name).to_bytes()).version
+        return restored
+
+    def _restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
+        if not isinstance(snapshot, SessionSnapshot):
+            snapshot = SessionSnapshot.from_bytes(snapshot)
+        session = self._session(name, create=True)
+        runtime = self.boundary._runtime  # type: ignore[attr-defined]
+        with session.lock:
+            return restore_snapshot(session, runtime, self.boundary.limits, snapshot, self.key)
+
+    # ---- with a store -----------------------------------------------------------------------------
+
+    def run(
+        self, request: ExecutionRequest, execute: Callable[[ExecutionRequest], ExecutionResult]
+    ) -> ExecutionResult:
+        store = self.store
+        assert store is not None
+        name = request.session
+        notes: list[str] = []
+        with store.hold(name):
+            restored = self._catch_up(name)
+            result = execute(request)
+            if _ran(result):
+                try:
+                    entry = store.put(name, self.snapshot(name).to_bytes())
+                    self._versions[name] = entry.version
+                except SnapshotError as exc:
+                    notes.append(f"This run's changes were not saved to the session store: {exc}.")
+        if restored is not None:
+            notes.insert(0, restore_note(restored))
+        if notes:
+            update = {"session_restored": restored, "notes": [*notes, *result.notes]}
+            result = result.model_copy(update=update)
+        return result
+
+    def _catch_up(self, name: str) -> SessionRestore | None:
+        """Restore the session from the store unless this process holds its latest version."""
+        assert self.store is not None
+        entry = self.store.info(name)
+        if entry is None or (self._versions.get(name) == entry.version and name in self.boundary.sessions()):
+            return None
+        stored = self.store.get(name)
+        if stored is None:
+            return None
+        restored = self._restore(name, stored.data)
+        self._versions[name] = stored.entry.version
+        return restored
+
+    def forget(self, name: str) -> None:
+        """The session was reset: its stored snapshot goes too."""
+        if self.store is not None:
+            with self.store.hold(name):
+                self.store.delete(name)
+            self._versions.pop(name, None)
+
+    def has_session(self, name: str) -> bool:
+        try:
+            self._session(name, create=False)
+        except SessionNotFound:
+            return False
+        return True
+
+
+def _ran(result: ExecutionResult) -> bool:
+    """Whether the run executed code (it may have changed the session, even in place)."""
+    return result.status != "blocked" and not (
+        result.status == "error"
+        and result.error is not None
+        and result.error.type in ("SyntaxError", "InputTooLarge")
+    )
+
+
+def restore_note(restored: SessionRestore) -> str:
+    when = restored.snapshot_created_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    names = restored.restored
+    shown = ", ".join(names[:_SHOWN_NAMES]) + (
+        f" and {len(names) - _SHOWN_NAMES} more" if len(names) > _SHOWN_NAMES else ""
+    )
+    parts = [f"This session was restored from its snapshot of {when}: {shown or 'no variables'} came back."]
+    if restored.not_saved:
+        lost = "; ".join(f"{s.name} ({s.reason})" for s in restored.not_saved[:_SHOWN_NAMES])
+        parts.append(f"Not saved, define again: {lost}.")
+    if restored.failed:
+        failed = "; ".join(f"{n} ({why})" for n, why in list(restored.failed.items())[:_SHOWN_NAMES])
+        parts.append(f"Could not be rebuilt here: {failed}.")
+    parts.extend(f"Warning: {w}." for w in restored.warnings)
+    return " ".join(parts)
