@@ -2,7 +2,8 @@
 
 Each step is a piece of code an agent would send to the tool, and what it prints is the observation
 the model would read. Figures come back as PNG attachments; the plot is saved to
-docs/images/data_analysis.png. Offline: no model, no network. Needs pandas and matplotlib.
+./data_analysis.png (or the path given as the first argument). Offline: no model, no network.
+Needs pandas and matplotlib (`python3 scripts/dev.py test` installs them into .venv).
 
 Run it with:  .venv/bin/python examples/data_analysis.py
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from genpark_repl_tools import ExecutionResult, Limits, Policy, ReplEngine
 
-IMAGE = Path(__file__).resolve().parent.parent / "docs" / "images" / "data_analysis.png"
+IMAGE = Path("data_analysis.png")  # the current directory, never the repository's tracked docs
 
 WRITE_CSV = """
 rows = [
@@ -86,5 +87,5 @@ def main(image: Path = IMAGE) -> None:
 
 
 if __name__ == "__main__":
-    # Optional argument: where to save the plot (default: docs/images/data_analysis.png).
+    # Optional argument: where to save the plot (default: ./data_analysis.png).
     main(Path(sys.argv[1]) if len(sys.argv) > 1 else IMAGE)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["ReplEngine"]
 
 _MAX_SESSION_ID = 256
+DEFAULT_POLICY = "standard"
 
 
 class ReplEngine:
@@ -37,7 +38,7 @@ class ReplEngine:
 
     def __init__(
         self,
-        policy: str | Policy = "standard",
+        policy: str | Policy = DEFAULT_POLICY,
         boundary: str | BaseBoundary = "inprocess",
         limits: Limits | None = None,
         *,

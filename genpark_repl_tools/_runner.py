@@ -451,12 +451,14 @@ def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit:
         end_column=anchor.end_column if anchor else None,
         source_line=anchor.source if anchor else None,
         traceback="\n".join(lines),
-        hint=_hint(exc),
+        hint=_hint(exc, exception_only),
     )
 
 
-def _hint(exc: BaseException) -> str | None:
+def _hint(exc: BaseException, text: str) -> str | None:
     if isinstance(exc, NameError):
+        if "Did you mean" in text:
+            return None  # a typo of a name that exists: the suggestion is the whole answer
         return "Variables persist between calls only if an earlier call defined them; define it first."
     if isinstance(exc, ModuleNotFoundError):
         return "That module is not installed here; use another approach or the standard library."

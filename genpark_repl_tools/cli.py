@@ -29,7 +29,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from . import tools
-from ._engine import ReplEngine
+from ._engine import DEFAULT_POLICY, ReplEngine
 from ._exceptions import MissingDependency, ReplError
 from ._limits import Limits
 from ._models import ExecutionResult
@@ -118,7 +118,7 @@ def _policy_help() -> str:
     # Presets come from Policy itself, so a new preset shows up here without a CLI change.
     names = _known_policies()
     listed = f" ({', '.join(names)})" if names else ""
-    return f"policy preset{listed}; default: the engine's default"
+    return f"policy preset{listed}; default: {DEFAULT_POLICY}"
 
 
 def _known_policies() -> list[str]:
@@ -181,8 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[policy_opts, engine_opts, output_opts],
         description="Run Python the way an LLM agent's tool does: per-session namespaces, policies, "
         "limits and structured telemetry. Without a command: an interactive REPL.",
-        epilog="exit codes (run, audit): 0 ok, 1 error, 2 usage, 3 blocked, 4 timeout, 5 crashed, "
-        "6 cancelled",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="In the REPL:\n"
+        + _HELP.split("\n\n", 1)[1]
+        + "\n\nexit codes (run, audit): 0 ok, 1 error, 2 usage, 3 blocked, 4 timeout, 5 crashed, 6 cancelled",
     )
     from . import __version__
 
@@ -401,8 +403,12 @@ empty line). After each run you see the observation a model would get (--json: t
   :inspect NAME    one variable in detail
   :reset           delete every variable
   :policy [NAME]   show the policy and what is enforced; with NAME, switch (variables are lost)
-  :help            this text
-  :quit            leave (Ctrl-D works too)"""
+  :help            this text (help works too)
+  :quit            leave (exit, quit and Ctrl-D work too)"""
+# Typed alone at the prompt, these do what they do in Python's own REPL instead of running as code
+# (where the policy may refuse them, or SystemExit would merely end the cell).
+_LEAVE = frozenset({"exit", "exit()", "quit", "quit()"})
+_HELP_WORDS = frozenset({"help", "help()"})
 
 
 def _cmd_repl(args: argparse.Namespace) -> int:
@@ -481,6 +487,11 @@ def repl(
             except KeyboardInterrupt:
                 state.say("\nKeyboardInterrupt")
                 buffer.clear()
+                continue
+            if not buffer and line.strip() in _LEAVE:
+                return EXIT_OK  # what leaves Python's own REPL leaves this one
+            if not buffer and line.strip() in _HELP_WORDS:
+                state.say(_HELP)
                 continue
             if not buffer and line.strip().startswith(":"):
                 if not state.command(line.strip()):

@@ -29,7 +29,10 @@ from .tools import ToolReply
 def _missing_sdk_message(error: ImportError) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    install = "install genpark-repl-tools[mcp]: pip install 'genpark-repl-tools[mcp]'"
+    install = (
+        "install genpark-repl-tools[mcp]: pip install 'genpark-repl-tools[mcp]' "
+        "(from a checkout: pip install -e '.[mcp]')"
+    )
     try:
         found = version("mcp")
     except PackageNotFoundError:

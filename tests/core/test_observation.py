@@ -42,8 +42,7 @@ def test_name_error(engine: ReplEngine) -> None:
         "    ^^^^\n"
         "stdout:\n"
         "before\n"
-        "Variables: created total (int)\n"
-        "Hint: Variables persist between calls only if an earlier call defined them; define it first."
+        "Variables: created total (int)"  # a typo: the suggestion alone, no "define it first"
     )
 
 

@@ -24,7 +24,8 @@ def test_quickstart() -> None:
     assert "Blocked by policy 'standard'" in out
     assert "Timeout: execution stopped after" in out
     assert "Out: (True, 4)" in out
-    assert "type=list len=1000000" in out
+    assert "big: list, len 1000000" in out
+    assert ">>> import subprocess\n" in out  # each step shows the code it ran
 
 
 def test_data_analysis_saves_a_png(tmp_path: Path) -> None:

@@ -443,4 +443,4 @@ def test_missing_or_old_sdk_message(
     monkeypatch.setattr(importlib.metadata, "version", version)
     message = mcp_server._missing_sdk_message(ImportError("No module named 'mcp.server.mcpserver'"))
     assert message.startswith(expected)
-    assert message.endswith("pip install 'genpark-repl-tools[mcp]'")
+    assert message.endswith("(from a checkout: pip install -e '.[mcp]')")
