@@ -20,6 +20,7 @@ from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ._errors import PolicyViolation
+from ._sleep import interruptible_sleep
 
 if TYPE_CHECKING:
     from ._guards import SessionGuards
@@ -163,8 +164,6 @@ def special_values() -> dict[int, tuple[Any, Factory]]:
     import operator
     import time
     import typing
-
-    from ._runtime import interruptible_sleep
 
     table: dict[int, tuple[Any, Factory]] = {}
 
