@@ -15,6 +15,7 @@ import functools
 import os
 import sys
 import types
+import weakref
 from collections.abc import Callable, Iterable
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 from typing import Any
@@ -47,7 +48,23 @@ _real_delattr = builtins.delattr
 _real_build_class = builtins.__build_class__
 _STR_FORMAT = str.format
 _STR_FORMAT_MAP = str.format_map
-_CLASS_NAMESPACE_KEYS = frozenset({"__module__", "__qualname__", "__doc__", "__slots__"})
+_CLASS_NAMESPACE_KEYS = frozenset({"__qualname__", "__doc__", "__slots__"})
+_OBJECT_SETATTR = object.__setattr__
+_OBJECT_DELATTR = object.__delattr__
+# Host classes whose Python-level __setattr__/__delattr__ keep writes on the instance itself (reviewed).
+# Any other Python-level one may pass the write on to another object (typing's aliases forward it to
+# the class they alias, pandas' options to the process-wide settings), so writes through it are refused.
+_INSTANCE_LOCAL_SETTERS = frozenset(
+    {
+        ("pandas.core.generic", "NDFrame.__setattr__"),
+        ("pandas.core.base", "NoNewAttributesMixin.__setattr__"),
+        ("numpy._core.records", "recarray.__setattr__"),
+        ("numpy._core.records", "record.__setattr__"),
+        ("numpy.ma.core", "MaskedArray.__setattr__"),
+        ("numpy.ma.core", "MaskedConstant.__setattr__"),
+        ("uuid", "UUID.__setattr__"),
+    }
+)
 _PANDAS_EXPRESSIONS = frozenset({"query", "eval"})
 
 
@@ -122,6 +139,9 @@ class SessionGuards:
         self.rules = rules
         self.state = state
         self.owned: set[type] = set()
+        # The session's classes whose instances take attribute writes on themselves: writes to
+        # them skip every check (the transform's fast path tests membership in this set).
+        self.writable: set[type] = set()
         self.views: dict[str, ModuleView] = {}
         self.decimal_context: Any = None
         self.numpy_errstate: dict[str, str] | None = None
@@ -161,7 +181,7 @@ class SessionGuards:
                 SETATTR: self.store,
                 TARGET: self.target,
                 TYPE: _real_type,
-                OWNED: self.owned,
+                OWNED: self.writable,
                 CHECK_TARGET: self.check_target,
                 GETATTR_NAME: _getattr_name,
                 GEN_EXC: self.generator_exception,
@@ -323,7 +343,7 @@ class SessionGuards:
         _real_delattr(obj, name)
 
     def store(self, obj: Any, name: str, value: Any) -> None:
-        if _real_type(obj) not in self.owned:  # instances of the session's classes: no check
+        if _real_type(obj) not in self.writable:  # instances of the session's plain classes: no check
             self.check_target(obj, name)
         _real_setattr(obj, name, value)
 
@@ -354,6 +374,20 @@ class SessionGuards:
             )
         if isinstance(obj, (BuiltinFunctionType, MethodType, functools.partial)):
             raise self.refuse(f"changing attribute{where} of a built-in or bound function")
+        cls = _real_type(obj)
+        if cls in self.writable:
+            return
+        if not _instance_writes_stay_local(cls):
+            raise self.refuse(
+                f"changing attribute{where} of a '{cls.__qualname__}' object",
+                "its class passes attribute writes on to objects shared with the host (a class it "
+                "stands for, or process-wide settings)",
+            )
+        if isinstance(obj, _dataclass_field()):
+            raise self.refuse(
+                f"changing attribute{where} of a dataclass field",
+                "fields are fixed when the class is made; pass the options to field(...)",
+            )
 
     # ---- classes ---------------------------------------------------------------------------------
 
@@ -374,28 +408,40 @@ class SessionGuards:
             )
         cls = _real_build_class(func, name, *bases, **kwargs)
         if isinstance(cls, type):
-            self.owned.add(cls)
+            self.own(cls)
         return cls
+
+    def own(self, cls: type) -> None:
+        """Record `cls` as the session's; its instances take writes natively if they stay on them."""
+        self.owned.add(cls)
+        if _instance_writes_stay_local(cls):
+            self.writable.add(cls)
 
     def new_class(self, name: str, bases: tuple[Any, ...], namespace: dict[str, Any], **kwargs: Any) -> type:
         """type(name, bases, namespace): the same checks as a class statement."""
-        for raw in namespace:
+        checked: dict[str, Any] = {}
+        for raw, value in dict(namespace).items():
+            # The class gets plain str keys: a str subclass (or any object) with its own __hash__ and
+            # __eq__ could pass as 'x' here and be found later as '__array_interface__'.
             if not isinstance(raw, str):
-                continue
+                raise self.refuse(
+                    f"type(): the class attribute {_real_type(raw).__name__} key", "names must be str"
+                )
             key = nfkc(exact(raw))
             # Special methods need the audit and rewrite a class statement gets (a __getattr__ must
-            # not answer private names), so type() takes none of them.
+            # not answer private names), so type() takes none of them; nor a __module__ of its own
+            # (library code looks modules up by it).
             if key.startswith("_") and key not in _CLASS_NAMESPACE_KEYS:
                 raise self.refuse(
                     f"type(): the class attribute '{key}'", "define special methods in a class statement"
                 )
+            checked[key] = exact(value) if key == "__qualname__" and isinstance(value, str) else value
         for base in bases:
             if base is self.type_guard or (isinstance(base, type) and issubclass(base, type)):
                 raise self.refuse("type(): defining metaclasses")
-        namespace = dict(namespace)
-        namespace.setdefault("__module__", "__main__")  # not this module's name, which type() would use
-        cls = _real_type(name, bases, namespace, **kwargs)
-        self.owned.add(cls)
+        checked["__module__"] = "__main__"  # what a class statement in a cell gets
+        cls = _real_type(exact(name) if isinstance(name, str) else name, bases, checked, **kwargs)
+        self.own(cls)
         return cls
 
     def owned_only(self, real: Callable[..., Any], label: str) -> Callable[..., Any]:
@@ -412,24 +458,41 @@ class SessionGuards:
         def wrap(target: Any) -> Any:
             if not (isinstance(target, type) and target in self.owned):
                 raise self.refuse("dataclass() on a class not defined by this session")
-            return dataclasses.dataclass(target, **kwargs)
+            made: type = dataclasses.dataclass(target, **kwargs)
+            if made is not target:  # slots=True makes a new class
+                self.own(made)
+            return made
 
         return wrap if cls is None else wrap(cls)
 
     def make_dataclass(self, cls_name: str, fields: Iterable[Any], **kwargs: Any) -> type:
         import dataclasses
 
-        fields = list(fields)
-        names = [f if isinstance(f, str) else f[0] for f in fields]
-        namespace = kwargs.get("namespace") or {}
-        for name in [cls_name, *names, *namespace]:
-            if not isinstance(name, str) or nfkc(exact(name)).startswith("_"):
-                raise self.refuse(
-                    f"make_dataclass(): the name {name!r}", "names starting with '_' are private"
-                )
-        cls = dataclasses.make_dataclass(cls_name, fields, **kwargs)
-        self.owned.add(cls)
+        # dataclasses pastes the names into generated source and class namespaces: hand it plain
+        # strs, checked, never the objects given (a str subclass formats and hashes as it likes).
+        cls_name = self._plain_name(cls_name)
+        plain: list[Any] = []
+        for spec in fields:
+            if isinstance(spec, str):
+                plain.append(self._plain_name(spec))
+            elif isinstance(spec, tuple) and spec:
+                plain.append((self._plain_name(spec[0]), *spec[1:]))
+            else:
+                raise TypeError(f"Invalid field: {spec!r}")
+        namespace = kwargs.get("namespace")
+        if namespace is not None:
+            kwargs["namespace"] = {self._plain_name(k): v for k, v in dict(namespace).items()}
+        if "module" in kwargs:
+            raise self.refuse("make_dataclass(module=...)", "the class belongs to this session")
+        cls = dataclasses.make_dataclass(cls_name, plain, **kwargs)
+        type.__setattr__(cls, "__module__", "__main__")
+        self.own(cls)
         return cls
+
+    def _plain_name(self, name: Any) -> str:
+        if not isinstance(name, str) or nfkc(exact(name)).startswith("_"):
+            raise self.refuse(f"make_dataclass(): the name {name!r}", "names starting with '_' are private")
+        return nfkc(exact(name))
 
     def _owned_object(self, obj: Any) -> bool:
         return is_function_of(obj, self.table) or obj in self.owned or _real_type(obj) in self.owned
@@ -685,6 +748,56 @@ def _getattr_name(name: Any) -> None:
     """First statement of a user-defined __getattr__: private names are never answered."""
     if isinstance(name, str) and nfkc(exact(name)).startswith("_"):
         raise AttributeError(name)
+
+
+_local_writes: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _instance_writes_stay_local(cls: type) -> bool:
+    found = _local_writes.get(cls)
+    if found is None:
+        found = _local_writes[cls] = _writes_stay_local(cls)
+    return found
+
+
+def _writes_stay_local(cls: type) -> bool:
+    """Whether an attribute write on an instance of `cls` lands on the instance (or fails).
+
+    Decided by identity, never by names a class could choose: the reviewed setters are looked up
+    in their real modules and compared with what `cls` has.
+    """
+    for attr, plain in (("__setattr__", _OBJECT_SETATTR), ("__delattr__", _OBJECT_DELATTR)):
+        found = _real_getattr(cls, attr, plain)
+        if found is plain or not isinstance(found, FunctionType):
+            continue  # object's own, or a C type's slot (reviewed by the reachability audit)
+        if not (_reviewed_setter(found) or _frozen_dataclass_setter(cls, attr, found)):
+            return False
+    return True
+
+
+def _reviewed_setter(func: FunctionType) -> bool:
+    key = (func.__module__, func.__qualname__)
+    if key not in _INSTANCE_LOCAL_SETTERS:
+        return False
+    value: Any = sys.modules.get(key[0])
+    for part in key[1].split("."):
+        value = vars(value).get(part) if hasattr(value, "__dict__") else None
+    return value is func
+
+
+def _frozen_dataclass_setter(cls: type, attr: str, func: FunctionType) -> bool:
+    """The __setattr__/__delattr__ of frozen=True dataclasses: it raises, or writes the instance."""
+    for owner in cls.__mro__:
+        if vars(owner).get(attr) is func:
+            params = vars(owner).get("__dataclass_params__")
+            return params is not None and bool(getattr(params, "frozen", False))
+    return False
+
+
+def _dataclass_field() -> type:
+    import dataclasses
+
+    return dataclasses.Field
 
 
 def _is_dispatcher(obj: Any) -> bool:
