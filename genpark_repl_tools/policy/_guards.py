@@ -16,7 +16,7 @@ import os
 import sys
 import types
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 from typing import Any
 
@@ -69,15 +69,22 @@ _PANDAS_EXPRESSIONS = frozenset({"query", "eval"})
 
 
 class Execution:
-    """The host's context-local library settings, saved when an execution starts, put back at its end."""
+    """The host's context-local library settings, saved when an execution starts, put back at its end.
 
-    __slots__ = ("decimal", "numpy_errstate", "session")
+    decimal's context, and numpy's error state, buffer size and print options (numpy >= 2 keeps
+    them in context variables) are per session: a cell sees its session's own, and whatever it
+    sets stays with the session; the host and other sessions never see it.
+    """
+
+    __slots__ = ("context_values", "decimal", "numpy_errstate", "session")
 
     def __init__(self) -> None:
         decimal = sys.modules.get("decimal")
-        numpy = sys.modules.get("numpy")
         self.decimal = decimal.getcontext() if decimal is not None else None
-        self.numpy_errstate = numpy.geterr() if numpy is not None else None
+        self.context_values = [(var, var.get()) for var in library_context_vars()]
+        numpy = sys.modules.get("numpy")
+        legacy = numpy is not None and not self.context_values
+        self.numpy_errstate = numpy.geterr() if legacy and numpy is not None else None
         self.session: SessionGuards | None = None
 
     def enter_session(self, session: SessionGuards) -> None:
@@ -87,14 +94,39 @@ class Execution:
         decimal = sys.modules.get("decimal")
         if decimal is not None:
             decimal.setcontext(self.decimal if self.decimal is not None else decimal.Context())
-        numpy = sys.modules.get("numpy")
-        if numpy is not None:
+        variables = library_context_vars()
+        if variables:
             if self.session is not None:
-                self.session.numpy_errstate = numpy.geterr()  # np.seterr() persists within the session
+                self.session.context_values = {var: var.get() for var in variables}
+            host = dict(self.context_values)
+            for var in variables:
+                # A library the cell imported had no value in the host's context: its default.
+                var.set(host[var] if var in host else contextvars.Context().run(var.get))
+            return
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:  # numpy < 2: error state only (print options are refused there)
+            if self.session is not None:
+                self.session.numpy_errstate = numpy.geterr()
             if self.numpy_errstate is not None:
                 numpy.seterr(**self.numpy_errstate)
             else:
                 numpy.seterr(all="warn", under="ignore")  # numpy's defaults: it was imported by the cell
+
+
+def library_context_vars() -> list[contextvars.ContextVar[Any]]:
+    """The context variables that hold allowed libraries' settings (numpy >= 2), once imported."""
+    found: list[contextvars.ContextVar[Any]] = []
+    for module, attr in _LIBRARY_CONTEXT_VARS:
+        var = getattr(sys.modules.get(module), attr, None)
+        if isinstance(var, contextvars.ContextVar):
+            found.append(var)
+    return found
+
+
+_LIBRARY_CONTEXT_VARS = (
+    ("numpy._core.umath", "_extobj_contextvar"),  # seterr(), setbufsize()
+    ("numpy._core.printoptions", "format_options"),  # set_printoptions(), printoptions()
+)
 
 
 current_execution: contextvars.ContextVar[Execution | None] = contextvars.ContextVar(
@@ -145,11 +177,13 @@ class SessionGuards:
         self.views: dict[str, ModuleView] = {}
         self.decimal_context: Any = None
         self.numpy_errstate: dict[str, str] | None = None
+        self.context_values: dict[contextvars.ContextVar[Any], Any] = {}
         self.table: dict[str, Any] = {}
         self.type_guard = _make_type_guard(self)
         self._format_cache: dict[str, str | None] = {}
         self._random: Any = None
         self._numpy_random: Any = None
+        self._calendar: Any = None
 
     # ---- builtins --------------------------------------------------------------------------------
 
@@ -257,12 +291,35 @@ class SessionGuards:
                 "it applies format strings to arbitrary cell objects; use df.round(), df.to_string() or "
                 "f-strings",
             )
+        if name == "samples":
+            return self._session_samples(value)
         if name == "ctypes":
             if module_of_callable(_real_type(value)).startswith("numpy"):
                 raise self.refuse("raw memory access through ndarray.ctypes")
             return value
         if callable(value) and module_of_callable(value).startswith("pandas."):
             return self._checked_pandas(value, name)
+        return value
+
+    def _session_samples(self, value: Any) -> Any:
+        """statistics.NormalDist.samples() draws from the host's `random` unless seeded: use the session's."""
+        statistics = sys.modules.get("statistics")
+        real = getattr(getattr(statistics, "NormalDist", None), "samples", None)
+        if real is None:
+            return value
+        session_random = self._session_random()
+
+        def samples(dist: Any, n: int, *, seed: Any = None) -> list[float]:
+            import random
+
+            gauss = session_random.gauss if seed is None else random.Random(seed).gauss
+            mu, sigma = dist.mean, dist.stdev
+            return [gauss(mu, sigma) for _ in range(n)]
+
+        if value is real:
+            return samples
+        if isinstance(value, MethodType) and value.__func__ is real:
+            return functools.partial(samples, value.__self__)
         return value
 
     def _checked_format(self, value: Any, name: str) -> Any:
@@ -641,12 +698,42 @@ class SessionGuards:
             return _real_getattr(self._session_random(), attr)
         if module == "decimal" and attr in ("DefaultContext", "BasicContext", "ExtendedContext"):
             return value.copy()
-        if module == "numpy.random" and attr != "RandomState":
+        if module in ("numpy.random", "numpy.random.mtrand") and attr != "RandomState":
             legacy = self._session_numpy_random()
             if legacy is not None and callable(value) and hasattr(_real_type(legacy), attr):
                 return _real_getattr(legacy, attr)
+        if module == "calendar":
+            return self._session_calendar(attr, value)
+        if module == "numpy" and attr in _NUMPY_PRINT_SETTERS and not _numpy_print_options_are_local():
+            return _refused_builtin(
+                f"numpy.{attr}() is not available under policy '{self.rules.name}' with this numpy "
+                "(before 2.0 print options are process-wide); format values with f-strings or np.round()"
+            )
+        if module.startswith("matplotlib") and attr in _MATPLOTLIB_SETTINGS:
+            return _ReadOnlySettings(value, f"{module}.{attr}", _MATPLOTLIB_SETTINGS[attr])
         if module == "pandas" and attr == "eval":
             return self._checked_pandas(value, "eval")
+        return None
+
+    def _session_calendar(self, attr: str, value: Any) -> Any:
+        """calendar's module functions work on one shared TextCalendar: give the session its own."""
+        import calendar
+
+        if self._calendar is None:
+            self._calendar = calendar.TextCalendar()
+        own = self._calendar
+        if attr == "c":
+            return own
+        if attr == "setfirstweekday":
+
+            def setfirstweekday(firstweekday: int) -> None:
+                if not calendar.MONDAY <= firstweekday <= calendar.SUNDAY:
+                    raise calendar.IllegalWeekdayError(firstweekday)
+                own.firstweekday = firstweekday
+
+            return setfirstweekday
+        if getattr(value, "__self__", None) is _real_getattr(calendar, "c"):
+            return _real_getattr(own, value.__name__)
         return None
 
     def _session_random(self) -> Any:
@@ -681,6 +768,8 @@ class SessionGuards:
             import decimal
 
             decimal.setcontext(self.decimal_context)
+        for var, value in self.context_values.items():
+            var.set(value)
         numpy = sys.modules.get("numpy")
         if numpy is not None and self.numpy_errstate is not None:
             numpy.seterr(**self.numpy_errstate)
@@ -714,6 +803,62 @@ class SessionGuards:
                 f"opening '{real}'", f"files are allowed only inside the workspace '{workspace}'"
             )
         return builtins.open(real, mode, buffering, encoding, errors, newline, closefd)
+
+
+_NUMPY_PRINT_SETTERS = frozenset({"set_printoptions", "printoptions", "set_string_function"})
+_RC_HINT = "pass style arguments to the plotting call instead (color=, linewidth=, figsize=, ...)"
+_MATPLOTLIB_SETTINGS = {
+    "rcParams": _RC_HINT,
+    "rcParamsDefault": _RC_HINT,
+    "rcParamsOrig": _RC_HINT,
+    "registry": "register converters on the axis instead (ax.xaxis.set_units / converter=)",
+}
+
+
+def _numpy_print_options_are_local() -> bool:
+    return isinstance(
+        getattr(sys.modules.get("numpy._core.printoptions"), "format_options", None), contextvars.ContextVar
+    )
+
+
+class _ReadOnlySettings(Mapping[Any, Any]):
+    """A process-wide settings mapping (matplotlib.rcParams, ...) as restricted code sees it: read-only.
+
+    Reads go to the real mapping, so they are always current; every write is refused with the reason.
+    """
+
+    __slots__ = ("_hint", "_label", "_real")
+
+    def __init__(self, real: Any, label: str, hint: str) -> None:
+        self._real = real
+        self._label = label
+        self._hint = hint
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise PolicyViolation(
+            f"changing {self._label} is not allowed: it is shared by the whole process (the host and "
+            f"other sessions); {self._hint}"
+        )
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = __ior__ = _refuse
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._real[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._real)
+
+    def __len__(self) -> int:
+        return len(self._real)
+
+    def copy(self) -> Any:
+        return self._real.copy()
+
+    def find_all(self, pattern: str) -> Any:
+        return self._real.find_all(pattern)
+
+    def __repr__(self) -> str:
+        return repr(self._real)
 
 
 class _GuardedAttrGetter:

@@ -177,6 +177,8 @@ ATTRIBUTE_RULES = AttributeRules(
         "transform",
         "map",
         "applymap",
+        # statistics.NormalDist.samples draws from the host's random generator unless seeded
+        "samples",
     ),
     class_dunders=_CLASS_DUNDERS,
     class_dunder_names=("__slots__", "__hash__"),
@@ -189,6 +191,28 @@ def _rule(name: str, note: str = "", **kw: Any) -> ModuleRule:
 
 
 _PROCESS_WIDE = "changes a process-wide setting shared with the host and other sessions"
+_PANDAS_OPTIONS = (
+    "pandas options are shared by the whole process (the host and other sessions); pass display "
+    "arguments to the call instead (df.to_string(max_rows=...), df.round(2))"
+)
+_MPL_SETTINGS = (
+    "it changes matplotlib's rcParams, shared by the whole process (the host and other sessions); pass "
+    "style arguments to the plotting call instead (color=, linewidth=, figsize=, ...)"
+)
+_MPL_HIDDEN = {
+    "rc": _MPL_SETTINGS,
+    "rcdefaults": _MPL_SETTINGS,
+    "rc_file": _MPL_SETTINGS,
+    "rc_file_defaults": _MPL_SETTINGS,
+    "rc_context": _MPL_SETTINGS,
+    "xkcd": _MPL_SETTINGS,
+    "interactive": _PROCESS_WIDE,
+    "ion": _PROCESS_WIDE,
+    "ioff": _PROCESS_WIDE,
+    "install_repl_displayhook": _PROCESS_WIDE,
+    "uninstall_repl_displayhook": _PROCESS_WIDE,
+    "set_loglevel": _PROCESS_WIDE,
+}
 
 # Reviewed standard-library modules for pure computation. Module attributes that are modules not
 # admitted here are hidden automatically; private names are always hidden.
@@ -207,8 +231,8 @@ STDLIB_RULES: tuple[ModuleRule, ...] = (
     _rule("zoneinfo", hidden={"reset_tzpath": _PROCESS_WIDE}),
     _rule(
         "calendar",
+        "module functions and setfirstweekday() use a calendar of the session's own",
         hidden={
-            "setfirstweekday": _PROCESS_WIDE,
             "LocaleTextCalendar": "it changes the process-wide locale",
             "LocaleHTMLCalendar": "it changes the process-wide locale",
             "different_locale": "it changes the process-wide locale",
@@ -369,12 +393,28 @@ STANDARD_RULES: tuple[ModuleRule, ...] = (
             "test": "it runs the test suite in subprocesses",
         },
     ),
-    _rule("pandas", "expression strings and string method names are checked like attribute names"),
+    _rule(
+        "pandas",
+        "expression strings and string method names are checked like attribute names",
+        hidden={
+            "set_option": _PANDAS_OPTIONS,
+            "reset_option": _PANDAS_OPTIONS,
+            "option_context": _PANDAS_OPTIONS,
+            "set_eng_float_format": _PANDAS_OPTIONS,
+        },
+    ),
     _rule("pandas.api"),
     _rule("pandas.api.types"),
     _rule("pandas.api.indexers"),
     _rule("pandas.api.typing"),
-    _rule("pandas.plotting"),
+    _rule(
+        "pandas.plotting",
+        hidden={
+            "register_matplotlib_converters": _PROCESS_WIDE,
+            "deregister_matplotlib_converters": _PROCESS_WIDE,
+            "plot_params": _PROCESS_WIDE,
+        },
+    ),
     _rule("pandas.tseries", submodules=True),
     _rule("pandas.errors"),
     _rule("pandas.arrays"),
@@ -392,7 +432,9 @@ STANDARD_RULES: tuple[ModuleRule, ...] = (
     _rule("scipy.linalg.cython_blas", allowed=False, note="native function pointers"),
     _rule("scipy.linalg.cython_lapack", allowed=False, note="native function pointers"),
     _rule("scipy.optimize.cython_optimize", allowed=False, note="native function pointers"),
-    _rule("matplotlib", submodules=True, hidden={"test": "it runs the test suite"}),
+    _rule("matplotlib", submodules=True, hidden={"test": "it runs the test suite", **_MPL_HIDDEN}),
+    _rule("matplotlib.pyplot", "rcParams is read-only", hidden=_MPL_HIDDEN),
+    _rule("matplotlib.style", allowed=False, note=_MPL_SETTINGS),
     _rule("matplotlib.testing", allowed=False, note="test helpers that start subprocesses"),
     _rule("matplotlib.sphinxext", allowed=False, note="documentation build helpers"),
     _rule("mpl_toolkits", submodules=True),
