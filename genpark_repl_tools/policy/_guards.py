@@ -369,11 +369,25 @@ class SessionGuards:
                 if refusal is not None:
                     raise PolicyViolation(f"pandas {name}(): {refusal}")
             if name in _PANDAS_EXPRESSIONS:
-                # pandas resolves '@name' in the caller's frame: skip this wrapper's.
-                kwargs["level"] = kwargs.get("level", 0) + 1
+                self._expression_scope(name, kwargs, sys._getframe(1))
             return method(*args, **kwargs)
 
         return checked
+
+    def _expression_scope(self, name: str, kwargs: dict[str, Any], caller: Any) -> None:
+        """pandas resolves names ('@name' too) in the frame `level` above it: hand it the caller's
+        namespace instead, and only if the caller is this session's code; no frame depth from the code."""
+        if "level" in kwargs:
+            raise self.refuse(
+                f"pandas {name}() with level=",
+                "names resolve in the calling code; pass local_dict= for others",
+            )
+        own = caller.f_builtins is self.table
+        if kwargs.get("local_dict") is None:
+            kwargs["local_dict"] = dict(caller.f_locals) if own else {}
+        if kwargs.get("global_dict") is None:
+            kwargs["global_dict"] = caller.f_globals if own else {}
+        kwargs["level"] = 1  # both dicts are given: pandas reads no frame's names
 
     def dir(self, *args: Any) -> list[str]:
         # Without an argument: the caller's names (the cell's namespace), like the real dir().
