@@ -19,6 +19,7 @@ from collections.abc import Callable
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
+from ._blocking import stepped_queues
 from ._errors import PolicyViolation
 from ._sleep import interruptible_sleep
 
@@ -182,6 +183,8 @@ def special_values() -> dict[int, tuple[Any, Factory]]:
     add(typing.get_origin, lambda g, real: g.get_origin)
     for cls, safe in _safe_enums().items():
         add(cls, _constant(safe))
+    for cls, stepped in stepped_queues().items():
+        add(cls, _constant(stepped))
     return table
 
 
