@@ -293,6 +293,12 @@ class SessionGuards:
             )
         if name == "samples":
             return self._session_samples(value)
+        if name in _FORMAT_SINKS:
+            return self._format_sink(value, name)
+        if name == "lock" and isinstance(obj, functools.cached_property):
+            # A lock shared by every instance of the host's class (Python 3.11): held, it would
+            # block the host's own reads of the property.
+            raise self.refuse("reading the lock of a cached_property")
         if name == "ctypes":
             if module_of_callable(_real_type(value)).startswith("numpy"):
                 raise self.refuse("raw memory access through ndarray.ctypes")
@@ -300,6 +306,18 @@ class SessionGuards:
         if callable(value) and module_of_callable(value).startswith("pandas."):
             return self._checked_pandas(value, name)
         return value
+
+    def _format_sink(self, value: Any, name: str) -> Any:
+        """matplotlib calls that keep a format string and apply it later (tick formatters, labels)."""
+        if not (callable(value) and module_of_callable(value).startswith(("matplotlib", "mpl_toolkits"))):
+            return value
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            for text in _strings(args, kwargs):
+                self._check_format(text)
+            return value(*args, **kwargs)
+
+        return checked
 
     def _session_samples(self, value: Any) -> Any:
         """statistics.NormalDist.samples() draws from the host's `random` unless seeded: use the session's."""
@@ -341,7 +359,27 @@ class SessionGuards:
                 return real(fmt, *args, **kwargs)
 
             return bound
+        wrapper = _user_string()
+        if value is _real_getattr(wrapper, name, None):  # unbound: UserString.format(us, ...)
+            return lambda us, *args, **kwargs: self._wrapped_format(us, name)(*args, **kwargs)
+        if isinstance(target, wrapper) and isinstance(value, MethodType):
+            return self._wrapped_format(target, name)
+        func = value.__func__ if isinstance(value, MethodType) else value
+        if isinstance(func, FunctionType) and not is_function_of(func, self.table):
+            # A library's own format(): it may apply a format string to objects by attribute lookups.
+            raise self.refuse(
+                f"{name}() of a '{_real_type(target).__qualname__}' object",
+                "format plain str values (str.format, f-strings)",
+            )
         return value
+
+    def _wrapped_format(self, wrapper: Any, name: str) -> Callable[..., Any]:
+        """format()/format_map() of a string wrapper: the wrapped value's, checked like any other."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.routed(_real_getattr(wrapper, "data"), name)(*args, **kwargs)
+
+        return call
 
     def _check_format(self, fmt: str) -> None:
         fmt = exact(fmt)  # the cache must not compare user-defined str subclasses
@@ -416,6 +454,10 @@ class SessionGuards:
     def store(self, obj: Any, name: str, value: Any) -> None:
         if _real_type(obj) not in self.writable:  # instances of the session's plain classes: no check
             self.check_target(obj, name)
+            if isinstance(value, str):
+                # Library objects may apply a string they hold as a format string (a tick
+                # formatter's .fmt): checked like str.format's.
+                self._check_format(value)
         _real_setattr(obj, name, value)
 
     def target(self, obj: Any, name: str) -> _Target:
@@ -723,6 +765,10 @@ class SessionGuards:
                 f"numpy.{attr}() is not available under policy '{self.rules.name}' with this numpy "
                 "(before 2.0 print options are process-wide); format values with f-strings or np.round()"
             )
+        if module.startswith("matplotlib") and attr in _FORMAT_SINKS:
+            return self._format_sink(value, attr)
+        if module == "matplotlib.ticker" and attr == "StrMethodFormatter":
+            return _checked_str_method_formatter(self, value)
         if module.startswith("matplotlib") and attr in _MATPLOTLIB_SETTINGS:
             return _ReadOnlySettings(value, f"{module}.{attr}", _MATPLOTLIB_SETTINGS[attr])
         if module == "pandas" and attr == "eval":
@@ -817,6 +863,30 @@ class SessionGuards:
                 f"opening '{real}'", f"files are allowed only inside the workspace '{workspace}'"
             )
         return builtins.open(real, mode, buffering, encoding, errors, newline, closefd)
+
+
+# Library calls that keep a format string and apply it later (routed by attribute name).
+_FORMAT_SINKS = frozenset({"set_major_formatter", "set_minor_formatter", "bar_label", "clabel", "colorbar"})
+
+
+def _user_string() -> type:
+    import collections
+
+    return collections.UserString
+
+
+def _checked_str_method_formatter(guards: SessionGuards, real: type) -> type:
+    """matplotlib.ticker.StrMethodFormatter whose format string is checked whenever it is applied."""
+
+    def __call__(self: Any, x: Any, pos: Any = None) -> Any:
+        fmt = self.fmt
+        if isinstance(fmt, str):
+            guards._check_format(fmt)
+        return real.__call__(self, x, pos)
+
+    return _real_type(
+        real.__name__, (real,), {"__call__": __call__, "__module__": real.__module__, "__doc__": real.__doc__}
+    )
 
 
 _NUMPY_PRINT_SETTERS = frozenset({"set_printoptions", "printoptions", "set_string_function"})

@@ -179,6 +179,14 @@ ATTRIBUTE_RULES = AttributeRules(
         "applymap",
         # statistics.NormalDist.samples draws from the host's random generator unless seeded
         "samples",
+        # matplotlib keeps these format strings and applies them later (str.format on tick values)
+        "set_major_formatter",
+        "set_minor_formatter",
+        "bar_label",
+        "clabel",
+        "colorbar",
+        # functools.cached_property.lock (Python 3.11) is shared by every instance of the host's class
+        "lock",
     ),
     class_dunders=_CLASS_DUNDERS,
     class_dunder_names=("__slots__", "__hash__"),
@@ -435,6 +443,7 @@ STANDARD_RULES: tuple[ModuleRule, ...] = (
     _rule("matplotlib", submodules=True, hidden={"test": "it runs the test suite", **_MPL_HIDDEN}),
     _rule("matplotlib.pyplot", "rcParams is read-only", hidden=_MPL_HIDDEN),
     _rule("matplotlib.style", allowed=False, note=_MPL_SETTINGS),
+    _rule("matplotlib.dates", hidden={"set_epoch": _PROCESS_WIDE}),
     _rule("matplotlib.testing", allowed=False, note="test helpers that start subprocesses"),
     _rule("matplotlib.sphinxext", allowed=False, note="documentation build helpers"),
     _rule("mpl_toolkits", submodules=True),
