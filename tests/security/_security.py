@@ -24,8 +24,16 @@ _sessions = itertools.count()
 
 
 def run(engine: ReplEngine, code: str) -> ExecutionResult:
-    """Run `code` in a session of its own, so snippets never see each other's state."""
-    return engine.run(code, session=f"snippet-{next(_sessions)}")
+    """Run `code` in a session of its own, so snippets never see each other's state.
+
+    On the subprocess boundary the session (its worker process) is closed right after.
+    """
+    session = f"snippet-{next(_sessions)}"
+    try:
+        return engine.run(code, session=session)
+    finally:
+        if engine.boundary.name != "inprocess":
+            engine.close(session)
 
 
 def refusal(result: ExecutionResult) -> str:
