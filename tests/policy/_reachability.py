@@ -45,7 +45,21 @@ _FRAME_TYPES = (types.FrameType, types.TracebackType, types.CodeType)
 _FRAME_DEPTH_PARAMS = frozenset(
     {"level", "stacklevel", "depth", "frame", "_level", "stack_level", "n_frames"}
 )
-_FRAME_NAMES = frozenset({"_getframe", "currentframe", "getouterframes", "f_back", "f_locals", "f_globals"})
+# Names a function uses when it resolves names from frames: its own frame walk, or pandas' scopes.
+_FRAME_NAMES = frozenset(
+    {
+        "_getframe",
+        "currentframe",
+        "getouterframes",
+        "f_back",
+        "f_locals",
+        "f_globals",
+        "ensure_scope",
+        "Scope",
+        "_eval",
+        "eval",
+    }
+)
 _GLOBAL_STORES = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
 _LOCK_TYPES = (
     type(threading.Lock()),
@@ -211,6 +225,9 @@ class Walk:
         code = func.__code__
         names = set(code.co_names)
         params = set(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
+        params |= {
+            c for c in code.co_consts if isinstance(c, str) and c in _FRAME_DEPTH_PARAMS
+        }  # kwargs["level"]
         if names & _FRAME_NAMES and params & _FRAME_DEPTH_PARAMS:
             self.report("frame-depth", path, f"{func.__module__}.{func.__qualname__}")
         if _stores_globals(code):

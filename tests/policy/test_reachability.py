@@ -87,6 +87,12 @@ def test_the_walker_finds_stack_walkers_and_global_setters() -> None:
     assert {("frame-depth", "api"), ("global-setter", "setter")} <= found
 
 
+def test_the_walker_finds_pandas_expression_apis_handed_out_unguarded() -> None:
+    pd = pytest.importorskip("pandas")
+    found = opened({"eval": pd.eval, "query": pd.DataFrame.query, "df_eval": pd.DataFrame.eval})
+    assert {("frame-depth", "eval"), ("frame-depth", "query"), ("frame-depth", "df_eval")} <= found
+
+
 def test_the_walker_finds_format_capable_wrappers() -> None:
     class Mine(string.Formatter):
         pass

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from _security import ok, run
+from conftest import PARAMS
 
 from genpark_repl_tools import ExecutionResult, Limits, ReplEngine
 
@@ -52,9 +53,10 @@ LEGIT = (
 )
 
 
-@pytest.fixture(scope="module", params=["strict", "standard"])
+@pytest.fixture(scope="module", params=PARAMS, ids=[f"{p}-{b}" for p, b in PARAMS])
 def short(request: pytest.FixtureRequest) -> Iterator[ReplEngine]:
-    with ReplEngine(policy=request.param, limits=Limits(timeout_s=0.5)) as e:
+    policy, boundary = request.param
+    with ReplEngine(policy=policy, boundary=boundary, limits=Limits(timeout_s=0.5)) as e:
         yield e
 
 
