@@ -14,6 +14,7 @@ import contextvars
 import functools
 import os
 import sys
+import threading
 import types
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -281,6 +282,11 @@ class SessionGuards:
                 raise self.refuse(
                     "registering implementations with a single-dispatch function not defined by this session"
                 )
+            if owner is not None and _real_type(owner) not in self.owned and _shared_objects.holds(owner):
+                raise self.refuse(
+                    f"registering with the process-wide '{_real_type(owner).__qualname__}'",
+                    "it is shared with the host and other sessions; pass the object to the call that uses it",
+                )
             return value
         if name == "style" and (
             module_of_callable(_real_type(value)).startswith("pandas")
@@ -501,6 +507,13 @@ class SessionGuards:
                 f"changing attribute{where} of a dataclass field",
                 "fields are fixed when the class is made; pass the options to field(...)",
             )
+        if cls not in self.owned:
+            shared = _shared_role(obj, cls)
+            if shared:
+                raise self.refuse(
+                    f"changing attribute{where} of {shared} '{cls.__qualname__}'",
+                    "it is shared with the host and other sessions; keep your own values in variables",
+                )
 
     # ---- classes ---------------------------------------------------------------------------------
 
@@ -1021,6 +1034,74 @@ def _frozen_dataclass_setter(cls: type, attr: str, func: FunctionType) -> bool:
             params = vars(owner).get("__dataclass_params__")
             return params is not None and bool(getattr(params, "frozen", False))
     return False
+
+
+def _shared_role(obj: Any, cls: type) -> str:
+    """How `obj` is shared with the host ('' if it is not): part of a class or module of the host."""
+    if _real_getattr(cls, "__get__", None) is not None:
+        return "the descriptor"  # property, cached_property, classmethod, ...: part of a class
+    enum = sys.modules.get("enum")
+    if enum is not None and isinstance(obj, enum.Enum):
+        return "a member of the enum"
+    if _shared_objects.holds(obj):
+        return "the module-level object"
+    return ""
+
+
+class _SharedObjects:
+    """Objects held by the host's modules (module globals, and values in their classes' namespaces).
+
+    Scanned incrementally as modules are imported; the objects are kept referenced, so an id is
+    never mistaken for a later object's.
+    """
+
+    def __init__(self) -> None:
+        self._objects: dict[int, Any] = {}
+        self._scanned: set[str] = set()
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def holds(self, obj: Any) -> bool:
+        if len(sys.modules) != self._count:
+            self._scan()
+        return self._objects.get(id(obj)) is obj
+
+    def _scan(self) -> None:
+        with self._lock:
+            modules = list(sys.modules.items())
+            self._count = len(modules)
+            for name, module in modules:
+                if name in self._scanned:
+                    continue
+                self._scanned.add(name)
+                namespace = getattr(module, "__dict__", None)
+                for value in list(namespace.values()) if isinstance(namespace, dict) else ():
+                    self._add(value)
+                    if isinstance(value, type):
+                        for member in list(vars(value).values()):
+                            self._add(member)
+
+    def _add(self, value: Any) -> None:
+        if not isinstance(value, _NOT_SHARED_STATE):
+            self._objects[id(value)] = value
+
+
+# Values a write cannot reach shared state through (immutable, or checked before this point).
+_NOT_SHARED_STATE = (
+    type(None),
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    tuple,
+    frozenset,
+    type,
+    ModuleType,
+    FunctionType,
+    BuiltinFunctionType,
+)
+_shared_objects = _SharedObjects()
 
 
 def _dataclass_field() -> type:

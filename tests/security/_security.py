@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 from genpark_repl_tools import ExecutionResult, ReplEngine
 
@@ -19,6 +20,10 @@ ALLOWED_STANDARD = (
     "pprint, queue, random, re, scipy, secrets, statistics, string, struct, textwrap, time, typing, "
     "unicodedata, uuid, zoneinfo"
 )
+
+# (policy, boundary) pairs every engine fixture of the suite runs under.
+BOUNDARIES = tuple(os.environ.get("GENPARK_SECURITY_BOUNDARIES", "inprocess,subprocess").split(","))
+PARAMS = [(policy, boundary) for boundary in BOUNDARIES for policy in ("strict", "standard")]
 
 _sessions = itertools.count()
 

@@ -5,15 +5,12 @@ worker). Set GENPARK_SECURITY_BOUNDARIES=inprocess to run one boundary only whil
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
+from _security import PARAMS
 
 from genpark_repl_tools import Limits, ReplEngine
-
-BOUNDARIES = tuple(os.environ.get("GENPARK_SECURITY_BOUNDARIES", "inprocess,subprocess").split(","))
-PARAMS = [(policy, boundary) for boundary in BOUNDARIES for policy in ("strict", "standard")]
 
 
 @pytest.fixture(scope="module", params=PARAMS, ids=[f"{p}-{b}" for p, b in PARAMS])

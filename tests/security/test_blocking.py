@@ -11,8 +11,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from _security import ok, run
-from conftest import PARAMS
+from _security import PARAMS, ok, run
 
 from genpark_repl_tools import ExecutionResult, Limits, ReplEngine
 

@@ -97,3 +97,61 @@ def test_a_session_class_that_inherits_a_forwarding_setter_is_checked(engine: Re
     result = run(engine, code)
     assert result.status in ("error", "blocked"), result.to_observation()
     assert not hasattr(list, "patched")
+
+
+SHARED = {
+    "enum_member": ("import re\nre.I.note = 1", "a member of the enum 'RegexFlag'"),
+    "descriptor": (
+        "import functools\nclass C:\n    @functools.cached_property\n    def v(self):\n        return 1\n"
+        "import statistics\nstatistics.NormalDist.mean.note = 1",
+        "the descriptor 'property'",
+    ),
+    "module_level": ("import decimal\ndecimal.DefaultContext.prec = 3", ""),
+}
+
+
+@pytest.mark.parametrize(("code", "role"), list(SHARED.values()), ids=list(SHARED))
+def test_objects_shared_through_modules_and_classes_refuse_writes(
+    engine: ReplEngine, code: str, role: str
+) -> None:
+    result = run(engine, code)
+    if role:
+        assert f"changing attribute 'note' of {role} is not allowed" in refusal(result)
+    else:
+        ok(result)  # decimal.DefaultContext is a per-session copy: writes stay in the session
+    import decimal
+    import re
+
+    assert not hasattr(re.I, "note")
+    assert decimal.DefaultContext.prec == 28
+
+
+def test_matplotlib_shared_objects_refuse_writes_and_registration(engine: ReplEngine) -> None:
+    pytest.importorskip("matplotlib")
+    if engine.policy.name == "strict":
+        pytest.skip("matplotlib is not allowed under strict")
+    write = "import matplotlib\nmatplotlib.colormaps.note = 1"
+    assert "of the module-level object 'ColormapRegistry'" in refusal(run(engine, write))
+    register = (
+        "import matplotlib\nfrom matplotlib.colors import ListedColormap\n"
+        "matplotlib.colormaps.register(ListedColormap(['red', 'blue'], name='mine'))"
+    )
+    assert "registering with the process-wide 'ColormapRegistry'" in refusal(run(engine, register))
+    import matplotlib
+
+    assert "mine" not in matplotlib.colormaps
+
+
+def test_library_objects_the_session_made_take_writes(engine: ReplEngine) -> None:
+    pytest.importorskip("pandas")
+    if engine.policy.name == "strict":
+        pytest.skip("the data stack is not allowed under strict")
+    code = (
+        "import matplotlib.pyplot as plt, pandas as pd, numpy as np, enum\n"
+        "fig, ax = plt.subplots()\nfig.note = 1\n"
+        "df = pd.DataFrame({'a': [1]})\ndf.index.name = 'i'\ndf.columns = ['b']\n"
+        "a = np.zeros(4)\na.shape = (2, 2)\n"
+        "class C(enum.Enum):\n    A = 1\nC.A.note = 2\n"
+        "(fig.note, df.index.name, list(df.columns), a.shape, C.A.note)"
+    )
+    assert ok(run(engine, code)).value == "(1, 'i', ['b'], (2, 2), 2)"
