@@ -116,14 +116,21 @@ class Execution:
 
 def library_context_vars() -> list[contextvars.ContextVar[Any]]:
     """The context variables that hold allowed libraries' settings (numpy >= 2), once imported."""
+    if _context_vars_found:
+        return _context_vars_found
+    if "numpy" not in sys.modules:
+        return []
     found: list[contextvars.ContextVar[Any]] = []
     for module, attr in _LIBRARY_CONTEXT_VARS:
         var = getattr(sys.modules.get(module), attr, None)
         if isinstance(var, contextvars.ContextVar):
             found.append(var)
+    if len(found) == len(_LIBRARY_CONTEXT_VARS):
+        _context_vars_found.extend(found)  # a library's context variables never change
     return found
 
 
+_context_vars_found: list[contextvars.ContextVar[Any]] = []
 _LIBRARY_CONTEXT_VARS = (
     ("numpy._core.umath", "_extobj_contextvar"),  # seterr(), setbufsize()
     ("numpy._core.printoptions", "format_options"),  # set_printoptions(), printoptions()
