@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextvars
+import copy
 import functools
 import os
 import sys
@@ -192,6 +193,7 @@ class SessionGuards:
         self._random: Any = None
         self._numpy_random: Any = None
         self._calendar: Any = None
+        self._classes: dict[type, type] = {}
 
     # ---- builtins --------------------------------------------------------------------------------
 
@@ -546,6 +548,9 @@ class SessionGuards:
 
     def own(self, cls: type) -> None:
         """Record `cls` as the session's; its instances take writes natively if they stay on them."""
+        if any(_real_type(key) is not str for key in vars(cls)):
+            # Every route to a class namespace hands it plain str keys; this holds if one is missed.
+            raise self.refuse(f"the class '{cls.__name__}' with attribute names that are not plain str")
         self.owned.add(cls)
         if _instance_writes_stay_local(cls):
             self.writable.add(cls)
@@ -779,7 +784,11 @@ class SessionGuards:
             if legacy is not None and callable(value) and hasattr(_real_type(legacy), attr):
                 return _real_getattr(legacy, attr)
         if module == "calendar":
-            return self._session_calendar(attr, value)
+            own = self._session_calendar(attr, value)
+            if own is not None:
+                return own
+        if module == "pandas" and attr == "options":
+            return _ReadOnlyOptions(value, "pandas.options")
         if module == "numpy" and attr in _NUMPY_PRINT_SETTERS and not _numpy_print_options_are_local():
             return _refused_builtin(
                 f"numpy.{attr}() is not available under policy '{self.rules.name}' with this numpy "
@@ -789,11 +798,32 @@ class SessionGuards:
             return self._format_sink(value, attr)
         if module == "matplotlib.ticker" and attr == "StrMethodFormatter":
             return _checked_str_method_formatter(self, value)
-        if module.startswith("matplotlib") and attr in _MATPLOTLIB_SETTINGS:
-            return _ReadOnlySettings(value, f"{module}.{attr}", _MATPLOTLIB_SETTINGS[attr])
+        if (module.startswith("matplotlib") and attr in _MATPLOTLIB_SETTINGS) or _is_rc_params(value):
+            hint = _MATPLOTLIB_SETTINGS.get(attr, _RC_HINT)
+            return _ReadOnlySettings(value, f"{module}.{attr}", hint)
+        if isinstance(value, type) and _has_shared_tables(value):
+            return self._session_class(value)
         if module == "pandas" and attr == "eval":
             return self._checked_pandas(value, "eval")
         return None
+
+    def _session_class(self, cls: type) -> type:
+        """A reviewed host class whose class-level tables (lists, dicts) are copies of the session's own."""
+        made = self._classes.get(cls)
+        if made is None:
+            tables = {
+                name: copy.copy(value)
+                for name, value in vars(cls).items()
+                if not name.startswith("_") and _real_type(value) in (list, dict, set)
+            }
+            namespace = {
+                **tables,
+                "__module__": cls.__module__,
+                "__doc__": cls.__doc__,
+                "__qualname__": cls.__qualname__,
+            }
+            made = self._classes[cls] = _real_type(cls.__name__, (cls,), namespace)
+        return made
 
     def _session_calendar(self, attr: str, value: Any) -> Any:
         """calendar's module functions work on one shared TextCalendar: give the session its own."""
@@ -919,6 +949,26 @@ _MATPLOTLIB_SETTINGS = {
 }
 
 
+def _is_rc_params(value: Any) -> bool:
+    """matplotlib's rcParams, under whatever module name re-exports it (mpl_toolkits does)."""
+    matplotlib = sys.modules.get("matplotlib")
+    return matplotlib is not None and value is getattr(matplotlib, "rcParams", None)
+
+
+# Host classes whose public class-level tables code could change for everyone (found by the
+# reachability audit): the session gets a subclass holding copies. "module.qualname" strings,
+# resolved by identity.
+_SHARED_TABLE_CLASSES = ("calendar.HTMLCalendar", "textwrap.TextWrapper")
+
+
+def _has_shared_tables(cls: type) -> bool:
+    for dotted in _SHARED_TABLE_CLASSES:
+        module, _, name = dotted.partition(".")
+        if getattr(sys.modules.get(module), name, None) is cls:
+            return True
+    return False
+
+
 def _numpy_print_options_are_local() -> bool:
     return isinstance(
         getattr(sys.modules.get("numpy._core.printoptions"), "format_options", None), contextvars.ContextVar
@@ -960,6 +1010,39 @@ class _ReadOnlySettings(Mapping[Any, Any]):
 
     def find_all(self, pattern: str) -> Any:
         return self._real.find_all(pattern)
+
+    def __repr__(self) -> str:
+        return repr(self._real)
+
+
+class _ReadOnlyOptions:
+    """pandas.options as restricted code sees it: reads go to the real options, writes are refused."""
+
+    __slots__ = ("_label", "_real")
+
+    def __init__(self, real: Any, label: str) -> None:
+        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "_label", label)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "d":
+            raise AttributeError(name)
+        value = getattr(self._real, name)
+        if _real_type(value) is _real_type(self._real):
+            return _ReadOnlyOptions(value, f"{self._label}.{name}")
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise PolicyViolation(
+            f"changing {self._label}.{name} is not allowed: pandas options are shared by the whole process "
+            "(the host and other sessions); pass display arguments to the call instead "
+            "(df.to_string(max_rows=...), df.round(2))"
+        )
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def __dir__(self) -> list[str]:
+        return [name for name in dir(self._real) if name != "d"]
 
     def __repr__(self) -> str:
         return repr(self._real)
@@ -1019,6 +1102,8 @@ def _writes_stay_local(cls: type) -> bool:
         found = _real_getattr(cls, attr, plain)
         if found is plain or not isinstance(found, FunctionType):
             continue  # object's own, or a C type's slot (reviewed by the reachability audit)
+        if found is _ReadOnlyOptions.__setattr__:  # (also its __delattr__) refuses with the reason
+            continue
         if not (_reviewed_setter(found) or _frozen_dataclass_setter(cls, attr, found)):
             return False
     return True

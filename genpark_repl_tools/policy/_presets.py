@@ -444,6 +444,13 @@ STANDARD_RULES: tuple[ModuleRule, ...] = (
     _rule("matplotlib.pyplot", "rcParams is read-only", hidden=_MPL_HIDDEN),
     _rule("matplotlib.style", allowed=False, note=_MPL_SETTINGS),
     _rule("matplotlib.dates", hidden={"set_epoch": _PROCESS_WIDE}),
+    _rule(
+        "matplotlib.colors",
+        hidden={
+            "ColorConverter": "its color table is process-wide; use matplotlib.colors.to_rgba()",
+            "colorConverter": "its color table is process-wide; use matplotlib.colors.to_rgba()",
+        },
+    ),
     _rule("matplotlib.testing", allowed=False, note="test helpers that start subprocesses"),
     _rule("matplotlib.sphinxext", allowed=False, note="documentation build helpers"),
     _rule("mpl_toolkits", submodules=True),

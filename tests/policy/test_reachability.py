@@ -102,6 +102,13 @@ def test_the_walker_finds_format_capable_wrappers() -> None:
     assert not any(path == "ok" for _, path in found)
 
 
+def test_the_walker_finds_shared_containers() -> None:
+    import calendar
+
+    assert ("shared-container", "table") in opened({"table": calendar.HTMLCalendar.cssclasses})
+    assert not any(path == "mine" for _, path in opened({"mine": ["a"]}))
+
+
 def test_the_walker_finds_locks_that_block_for_ever() -> None:
     assert ("lock", "lock") in opened({"lock": threading.Lock()})
 

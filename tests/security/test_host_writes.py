@@ -84,7 +84,11 @@ def test_the_process_wide_pandas_options_refuse_writes(engine: ReplEngine) -> No
     if engine.policy.name == "strict":
         assert "import of 'pandas' is not allowed" in refusal(result)
     else:
-        assert "'DictWrapper' object" in refusal(result)
+        assert refusal(result) == (
+            "changing pandas.options.display.max_rows is not allowed: pandas options are shared by the whole "
+            "process (the host and other sessions); pass display arguments to the call instead "
+            "(df.to_string(max_rows=...), df.round(2))"
+        )
     assert pd.get_option("display.max_rows") == before
 
 
