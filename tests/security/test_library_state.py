@@ -131,3 +131,33 @@ def test_random_seed_is_the_session_s(engine: ReplEngine) -> None:
     draw = ok(engine.run("import random\nrandom.random()", session=b)).value
     assert ok(engine.run("import random\nrandom.seed(3)\nrandom.random()", session=b)).value != draw
     assert random.getstate() == host
+
+
+def test_class_level_tables_are_the_session_s(engine: ReplEngine) -> None:
+    import calendar
+    import textwrap
+
+    a, b = sessions()
+    code = (
+        "import calendar, textwrap\n"
+        "calendar.HTMLCalendar.cssclasses.append('leak')\n"
+        "textwrap.TextWrapper.unicode_whitespace_trans[65] = 'B'\n"
+        "(calendar.HTMLCalendar.cssclasses[-1], textwrap.TextWrapper().fill('A A'))"
+    )
+    assert ok(engine.run(code, session=a)).value == "('leak', 'B B')"
+    check = "import calendar\n'leak' in calendar.HTMLCalendar.cssclasses"
+    assert ok(engine.run(check, session=b)).value == "False"
+    assert "leak" not in calendar.HTMLCalendar.cssclasses
+    assert 65 not in textwrap.TextWrapper.unicode_whitespace_trans
+
+
+def test_pandas_options_read_but_never_written(engine: ReplEngine) -> None:
+    standard_only(engine, "pandas")
+    import pandas as pd
+
+    before = pd.get_option("display.max_rows")
+    read = "import pandas as pd\npd.options.display.max_rows"
+    assert ok(engine.run(read, session=sessions()[0])).value == str(before)
+    raw = engine.run("import pandas as pd\npd.options.d['display']['max_rows'] = 3", session=sessions()[0])
+    assert raw.status == "error" and raw.error is not None and raw.error.type == "AttributeError"
+    assert pd.get_option("display.max_rows") == before
