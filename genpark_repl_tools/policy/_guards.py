@@ -334,6 +334,30 @@ class SessionGuards:
 
         return checked
 
+    def _checked_constructor(self, cls: type) -> type:
+        """A library class whose constructor keeps format strings: its str arguments are checked."""
+        made = self._classes.get(cls)
+        if made is None:
+            guards = self
+            real_init = _real_getattr(cls, "__init__")
+
+            def __init__(instance: Any, *args: Any, **kwargs: Any) -> None:
+                for text in _strings(args, kwargs):
+                    guards._check_format(text)
+                real_init(instance, *args, **kwargs)
+
+            namespace = {"__init__": __init__, "__module__": cls.__module__, "__doc__": cls.__doc__}
+            made = self._classes[cls] = _real_type(cls.__name__, (cls,), namespace)
+        return made
+
+    def _namedtuple(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def namedtuple(typename: str, field_names: Any, **kwargs: Any) -> Any:
+            if kwargs.get("module") is not None:
+                raise self.refuse("namedtuple(module=...)", "the class belongs to this session")
+            return real(typename, field_names, **kwargs)
+
+        return namedtuple
+
     def _session_samples(self, value: Any) -> Any:
         """statistics.NormalDist.samples() draws from the host's `random` unless seeded: use the session's."""
         statistics = sys.modules.get("statistics")
@@ -423,6 +447,9 @@ class SessionGuards:
                     raise PolicyViolation(f"pandas {name}(): {refusal}")
             if name in _PANDAS_EXPRESSIONS:
                 self._expression_scope(name, kwargs, sys._getframe(1))
+            # pandas looks the checked names up itself: hand it the plain strs that were checked.
+            args = tuple(_plain_strings(a) for a in args)
+            kwargs = {k: _plain_strings(v) for k, v in kwargs.items()}
             return method(*args, **kwargs)
 
         return checked
@@ -798,6 +825,10 @@ class SessionGuards:
             return self._format_sink(value, attr)
         if module == "matplotlib.ticker" and attr == "StrMethodFormatter":
             return _checked_str_method_formatter(self, value)
+        if module == "matplotlib.colorbar" and attr in ("Colorbar", "ColorbarBase"):
+            return self._checked_constructor(value)
+        if module == "collections" and attr == "namedtuple":
+            return self._namedtuple(value)
         if (module.startswith("matplotlib") and attr in _MATPLOTLIB_SETTINGS) or _is_rc_params(value):
             hint = _MATPLOTLIB_SETTINGS.get(attr, _RC_HINT)
             return _ReadOnlySettings(value, f"{module}.{attr}", hint)
@@ -1234,6 +1265,19 @@ def _strings(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[str]:
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
+
+
+def _plain_strings(value: Any, depth: int = 0) -> Any:
+    """`value` with str subclass instances replaced by plain strs, inside lists, tuples and dicts too."""
+    if isinstance(value, str):
+        return exact(value)
+    if depth > 3:
+        return value
+    if _real_type(value) in (list, tuple):
+        return _real_type(value)(_plain_strings(v, depth + 1) for v in value)
+    if _real_type(value) is dict:
+        return {_plain_strings(k, depth + 1): _plain_strings(v, depth + 1) for k, v in value.items()}
+    return value
 
 
 def _expression_refusal(expr: str, rules: StaticRules) -> str | None:

@@ -221,7 +221,12 @@ def _safe_enums() -> dict[type, type]:
 
 def _checked_create(create: Callable[..., Any]) -> Callable[..., Any]:
     def _create_(cls: Any, class_name: str, names: Any, /, *args: Any, **kw: Any) -> Any:
-        return create(cls, class_name, _checked_member_names(names), *args, **kw)
+        if args or kw.get("module") is not None or kw.get("qualname") is not None:
+            # module= and qualname= (or the same positionally) would let the class claim a host module
+            raise PolicyViolation(
+                "Enum(..., module=/qualname=) is not allowed: the class belongs to this session"
+            )
+        return create(cls, class_name, _checked_member_names(names), **kw)
 
     return _create_
 

@@ -85,3 +85,22 @@ def test_plain_tick_and_label_formats_still_work(engine: ReplEngine) -> None:
     if engine.policy.name == "strict":
         pytest.skip("matplotlib is not allowed under strict")
     assert ok(run(engine, LEGIT_PLOT)).value == "('2.0 km', '3', ['3.0', '4.0'])"
+
+
+def test_colorbar_format_strings_are_checked(engine: ReplEngine) -> None:
+    pytest.importorskip("matplotlib")
+    if engine.policy.name == "strict":
+        pytest.skip("matplotlib is not allowed under strict")
+    code = (
+        PLOT
+        + "import matplotlib.colorbar as cbar\n"
+        + "image = ax.imshow([[1, 2], [3, 4]])\n"
+        + "fig2, cax = plt.subplots()\n"
+        + "cb = cbar.Colorbar(cax, image, format='{x.__class__}')"
+    )
+    assert refusal(run(engine, code)).startswith("format field '{x.__class__}'")
+    legit = (
+        PLOT
+        + "image = ax.imshow([[1, 2], [3, 4]])\ncb = fig.colorbar(image, format='{x:.1f}')\ncb.formatter(2)"
+    )
+    assert ok(run(engine, legit)).value == "'2.0'"

@@ -95,3 +95,41 @@ def test_enum_functional_api_takes_every_form_of_names(engine: ReplEngine, names
         ok(run(engine, f"import enum\nE = enum.Enum('E', {names})\n[m.name for m in E]")).value
         == "['A', 'B']"
     )
+
+
+CLAIMS = {
+    "namedtuple": "import collections\ncollections.namedtuple('P', 'x y', module='importlib._bootstrap')",
+    "enum": "import enum\nenum.Enum('E', 'A B', module='importlib._bootstrap')",
+}
+
+
+@pytest.mark.parametrize("code", list(CLAIMS.values()), ids=list(CLAIMS))
+def test_class_factories_cannot_claim_a_module(engine: ReplEngine, code: str) -> None:
+    assert "module=" in refusal(run(engine, code))
+
+
+def test_class_factories_without_a_module_still_work(engine: ReplEngine) -> None:
+    code = (
+        "import collections, enum\n"
+        "P = collections.namedtuple('P', 'x y', defaults=[0])\n"
+        "E = enum.Enum('E', 'A B', start=5)\n"
+        "(P(1), E.B.value)"
+    )
+    assert ok(run(engine, code)).value == "(P(x=1, y=0), 6)"
+
+
+def test_pandas_gets_the_method_names_it_checked(engine: ReplEngine) -> None:
+    pytest.importorskip("pandas")
+    if engine.policy.name == "strict":
+        pytest.skip("pandas is not allowed under strict")
+    code = (
+        "class Name(str):\n"
+        "    def __eq__(self, other):\n"
+        "        return True\n"
+        "    def __hash__(self):\n"
+        "        return hash('sum')\n"
+        "import pandas as pd\n"
+        "df = pd.DataFrame({'a': [1, 2]})\n"
+        "(df.agg(Name('sum')).tolist(), df.agg([Name('max')]).a.tolist())"
+    )
+    assert ok(run(engine, code)).value == "([3], [2])"
