@@ -137,6 +137,45 @@ def _entry_points() -> dict[int, str]:
     return found
 
 
+# Setters of process-wide library state that never rebind a global themselves (they change a shared
+# object): handed out as is, each is a route. "module.attr" strings, resolved by identity.
+_KNOWN_SETTERS = (
+    "random.seed",
+    "random.setstate",
+    "calendar.setfirstweekday",
+    "csv.register_dialect",
+    "csv.field_size_limit",
+    "zoneinfo.reset_tzpath",
+    "locale.setlocale",
+    "numpy.set_printoptions",
+    "numpy.seterr",
+    "numpy.seterrcall",
+    "numpy.random.seed",
+    "numpy.random.set_state",
+    "numpy.random.mtrand.seed",
+    "pandas.set_option",
+    "pandas.reset_option",
+    "pandas.option_context",
+    "pandas.set_eng_float_format",
+    "pandas.plotting.register_matplotlib_converters",
+    "matplotlib.rc",
+    "matplotlib.rcdefaults",
+    "matplotlib.rc_context",
+    "matplotlib.dates.set_epoch",
+    "matplotlib.style.use",
+)
+
+
+def _known_setters() -> dict[int, str]:
+    found: dict[int, str] = {}
+    for dotted in _KNOWN_SETTERS:
+        module, _, attr = dotted.rpartition(".")
+        obj = getattr(sys.modules.get(module), attr, None)
+        if obj is not None:
+            found[id(obj)] = dotted
+    return found
+
+
 def _format_bases() -> tuple[type, ...]:
     import collections
     import string
@@ -165,6 +204,7 @@ class Walk:
 
     def run(self) -> list[Finding]:
         self._entries = _entry_points()
+        self._setters = _known_setters()
         self._format_bases = _format_bases()
         # Breadth first: every object is judged and expanded at the shortest path that reaches it.
         queue: deque[tuple[str, Any, int]] = deque((name, obj, 0) for name, obj in self.roots.items())
@@ -196,6 +236,9 @@ class Walk:
             return True
         if id(obj) in self._entries:
             self.report("entry", path, self._entries[id(obj)])
+            return True
+        if id(obj) in self._setters:
+            self.report("global-setter", path, self._setters[id(obj)])
             return True
         if isinstance(obj, _LOCK_TYPES) and not _stepped(obj):
             self.report("lock", path, type(obj).__name__)
@@ -371,6 +414,9 @@ REVIEWED: dict[str, str] = {
     "base64.a85encode": "builds its lookup tables once in module globals",
     "base64.a85decode": "builds its lookup tables once in module globals",
     "collections.UserString": "its format() and format_map() are guarded like str's (routed names)",
+    "numpy.set_printoptions": "per session: numpy >= 2 keeps print options in a context variable that each "
+    "execution saves and restores (numpy < 2: the view refuses it)",
+    "numpy.seterr": "per session: the execution saves and restores numpy's error state",
     "numpy.info": "caches an index of numpy's names in module globals",
     "matplotlib.dates.get_epoch": "sets the default epoch from rcParams on first use (set_epoch is withheld)",
     "pandas.util._exceptions.find_stack_level": "counts pandas' own frames for warnings; returns an int",

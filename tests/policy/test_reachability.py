@@ -93,6 +93,16 @@ def test_the_walker_finds_pandas_expression_apis_handed_out_unguarded() -> None:
     assert {("frame-depth", "eval"), ("frame-depth", "query"), ("frame-depth", "df_eval")} <= found
 
 
+def test_the_walker_finds_known_setters_of_library_state() -> None:
+    import calendar
+    import random
+
+    found = opened({"seed": random.seed, "weekday": calendar.setfirstweekday})
+    assert {("global-setter", "seed"), ("global-setter", "weekday")} <= found
+    pd = pytest.importorskip("pandas")
+    assert ("global-setter", "set_option") in opened({"set_option": pd.set_option})
+
+
 def test_the_walker_finds_format_capable_wrappers() -> None:
     class Mine(string.Formatter):
         pass
