@@ -404,11 +404,11 @@ class SessionGuards:
         if isinstance(target, wrapper) and isinstance(value, MethodType):
             return self._wrapped_format(target, name)
         func = value.__func__ if isinstance(value, MethodType) else value
-        if isinstance(func, FunctionType) and not is_function_of(func, self.table):
+        if isinstance(func, FunctionType) and not is_function_of(func, self.table) and not _repr_format(func):
             # A library's own format(): it may apply a format string to objects by attribute lookups.
             raise self.refuse(
-                f"{name}() of a '{_real_type(target).__qualname__}' object",
-                "format plain str values (str.format, f-strings)",
+                f"the library method '{func.__qualname__}'",
+                "it may apply a format string by attribute lookups; format plain str values instead",
             )
         return value
 
@@ -948,6 +948,13 @@ class SessionGuards:
 
 # Library calls that keep a format string and apply it later (routed by attribute name).
 _FORMAT_SINKS = frozenset({"set_major_formatter", "set_minor_formatter", "bar_label", "clabel", "colorbar"})
+
+
+def _repr_format(func: FunctionType) -> bool:
+    """Library format() methods that take no format string (reviewed, by identity)."""
+    import pprint
+
+    return func is pprint.PrettyPrinter.format
 
 
 def _user_string() -> type:

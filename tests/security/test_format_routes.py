@@ -104,3 +104,8 @@ def test_colorbar_format_strings_are_checked(engine: ReplEngine) -> None:
         + "image = ax.imshow([[1, 2], [3, 4]])\ncb = fig.colorbar(image, format='{x:.1f}')\ncb.formatter(2)"
     )
     assert ok(run(engine, legit)).value == "'2.0'"
+
+
+def test_pprint_s_format_method_still_works(engine: ReplEngine) -> None:
+    code = "import pprint\npprint.PrettyPrinter().format({'a': 1}, {}, 0, 0)"
+    assert ok(run(engine, code)).value == "(\"{'a': 1}\", True, False)"
