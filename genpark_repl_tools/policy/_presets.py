@@ -444,6 +444,9 @@ STANDARD_RULES: tuple[ModuleRule, ...] = (
     _rule("matplotlib.pyplot", "rcParams is read-only", hidden=_MPL_HIDDEN),
     _rule("matplotlib.style", allowed=False, note=_MPL_SETTINGS),
     _rule("matplotlib.dates", hidden={"set_epoch": _PROCESS_WIDE}),
+    _rule("matplotlib.scale", hidden={"register_scale": _PROCESS_WIDE}),
+    _rule("matplotlib.projections", hidden={"register_projection": _PROCESS_WIDE}),
+    _rule("matplotlib.backend_bases", hidden={"register_backend": _PROCESS_WIDE}),
     _rule(
         "matplotlib.colors",
         hidden={

@@ -357,11 +357,35 @@ _global_store_cache: dict[types.CodeType, bool] = {}
 
 
 def _stores_globals(code: types.CodeType) -> bool:
+    """Whether `code` rebinds a global, or writes an item or attribute of an object it loads as a global
+    (`registry[key] = value`, `settings.flag = value`): state of the module, shared by everyone."""
     hit = _global_store_cache.get(code)
     if hit is None:
-        hit = any(ins.opname in _GLOBAL_STORES for ins in dis.get_instructions(code))
+        ops = [ins for ins in dis.get_instructions(code) if ins.opname not in ("CACHE", "EXTENDED_ARG")]
+        hit = any(
+            ins.opname in _GLOBAL_STORES
+            or (ins.opname == "STORE_ATTR" and i >= 1 and ops[i - 1].opname == "LOAD_GLOBAL")
+            or (ins.opname == "STORE_SUBSCR" and _container_is_global(ops, i))
+            for i, ins in enumerate(ops)
+        )
         _global_store_cache[code] = hit
     return hit
+
+
+def _container_is_global(ops: list[dis.Instruction], i: int) -> bool:
+    """For `container[key] = value` at ops[i]: whether the container is a global (or an attribute of one)."""
+    j, need = i - 1, 1  # skip the key expression: instructions whose net stack effect is +1
+    while need > 0 and j >= 0:
+        try:
+            need -= dis.stack_effect(
+                ops[j].opcode, ops[j].arg if ops[j].opcode >= dis.HAVE_ARGUMENT else None
+            )
+        except ValueError:
+            return False
+        j -= 1
+    while j >= 0 and ops[j].opname == "LOAD_ATTR":
+        j -= 1
+    return j >= 0 and ops[j].opname == "LOAD_GLOBAL"
 
 
 def _is_typing_alias(obj: Any) -> bool:
@@ -417,6 +441,12 @@ REVIEWED: dict[str, str] = {
     "numpy.set_printoptions": "per session: numpy >= 2 keeps print options in a context variable that each "
     "execution saves and restores (numpy < 2: the view refuses it)",
     "numpy.seterr": "per session: the execution saves and restores numpy's error state",
+    "matplotlib.use": "the engine chooses the backend before every execution (docs/rich_outputs.md); a "
+    "headless backend chosen by a session is kept (listed there)",
+    "matplotlib.colors.to_rgba": "memoizes color conversions (same result for everyone)",
+    "matplotlib.backend_bases.get_registered_canvas_class": "memoizes the canvas class for a file format",
+    "numpy._core.getlimits.iinfo.max.fget": "memoizes integer limits in a class-level cache",
+    "numpy._core.getlimits.iinfo.min.fget": "memoizes integer limits in a class-level cache",
     "numpy.info": "caches an index of numpy's names in module globals",
     "matplotlib.dates.get_epoch": "sets the default epoch from rcParams on first use (set_epoch is withheld)",
     "pandas.util._exceptions.find_stack_level": "counts pandas' own frames for warnings; returns an int",

@@ -42,11 +42,16 @@ def frame_depth_api(expr: str, level: int = 0) -> Any:
 
 
 _setting = 0
+_registry: dict[str, Any] = {}
 
 
 def global_setter(value: int) -> None:
     global _setting
     _setting = value
+
+
+def registry_setter(name: str, value: Any) -> None:
+    _registry[name.lower()] = value
 
 
 class _Permissive:
@@ -83,8 +88,8 @@ def test_the_walker_finds_frames_and_entry_points() -> None:
 
 
 def test_the_walker_finds_stack_walkers_and_global_setters() -> None:
-    found = opened({"api": frame_depth_api, "setter": global_setter})
-    assert {("frame-depth", "api"), ("global-setter", "setter")} <= found
+    found = opened({"api": frame_depth_api, "setter": global_setter, "registry": registry_setter})
+    assert {("frame-depth", "api"), ("global-setter", "setter"), ("global-setter", "registry")} <= found
 
 
 def test_the_walker_finds_pandas_expression_apis_handed_out_unguarded() -> None:
