@@ -422,14 +422,17 @@ class SessionGuards:
 
     def _check_format(self, fmt: str) -> None:
         fmt = exact(fmt)  # the cache must not compare user-defined str subclasses
+        if "{" not in fmt:
+            return  # no replacement field, nothing looked up
         cache = self._format_cache
         if fmt in cache:
             refusal = cache[fmt]
         else:
             refusal = format_refusal(fmt, self.rules)
-            if len(cache) > 512:
-                cache.clear()
-            cache[fmt] = refusal
+            if len(fmt) <= 4096:  # long strings are checked each time rather than kept alive
+                if len(cache) > 512:
+                    cache.clear()
+                cache[fmt] = refusal
         if refusal is not None:
             raise PolicyViolation(refusal)
 
