@@ -544,4 +544,9 @@ def walk(policy: Policy, max_depth: int = MAX_DEPTH) -> tuple[Walk, list[Finding
     """The walk for `policy`, and its findings that are not known gaps."""
     guards, roots = session_roots(policy)
     walker = Walk(guards, roots, reviewed_ids(), max_depth=max_depth)
-    return walker, [f for f in walker.run() if known_gap(f) is None]
+    try:
+        return walker, [f for f in walker.run() if known_gap(f) is None]
+    finally:
+        figure = roots.get("<figure>")
+        if figure is not None:  # pyplot keeps figures process-wide: close the one made for the walk
+            sys.modules["matplotlib.pyplot"].close(figure)
