@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import builtins
 import contextvars
+import copy
 import functools
 import os
 import sys
+import threading
 import types
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 from typing import Any
 
@@ -47,20 +50,43 @@ _real_delattr = builtins.delattr
 _real_build_class = builtins.__build_class__
 _STR_FORMAT = str.format
 _STR_FORMAT_MAP = str.format_map
-_CLASS_NAMESPACE_KEYS = frozenset({"__module__", "__qualname__", "__doc__", "__slots__"})
+_CLASS_NAMESPACE_KEYS = frozenset({"__qualname__", "__doc__", "__slots__"})
+_OBJECT_SETATTR = object.__setattr__
+_OBJECT_DELATTR = object.__delattr__
+# Host classes whose Python-level __setattr__/__delattr__ keep writes on the instance itself (reviewed).
+# Any other Python-level one may pass the write on to another object (typing's aliases forward it to
+# the class they alias, pandas' options to the process-wide settings), so writes through it are refused.
+_INSTANCE_LOCAL_SETTERS = frozenset(
+    {
+        ("pandas.core.generic", "NDFrame.__setattr__"),
+        ("pandas.core.base", "NoNewAttributesMixin.__setattr__"),
+        ("numpy._core.records", "recarray.__setattr__"),
+        ("numpy._core.records", "record.__setattr__"),
+        ("numpy.ma.core", "MaskedArray.__setattr__"),
+        ("numpy.ma.core", "MaskedConstant.__setattr__"),
+        ("uuid", "UUID.__setattr__"),
+    }
+)
 _PANDAS_EXPRESSIONS = frozenset({"query", "eval"})
 
 
 class Execution:
-    """The host's context-local library settings, saved when an execution starts, put back at its end."""
+    """The host's context-local library settings, saved when an execution starts, put back at its end.
 
-    __slots__ = ("decimal", "numpy_errstate", "session")
+    decimal's context, and numpy's error state, buffer size and print options (numpy >= 2 keeps
+    them in context variables) are per session: a cell sees its session's own, and whatever it
+    sets stays with the session; the host and other sessions never see it.
+    """
+
+    __slots__ = ("context_values", "decimal", "numpy_errstate", "session")
 
     def __init__(self) -> None:
         decimal = sys.modules.get("decimal")
-        numpy = sys.modules.get("numpy")
         self.decimal = decimal.getcontext() if decimal is not None else None
-        self.numpy_errstate = numpy.geterr() if numpy is not None else None
+        self.context_values = [(var, var.get()) for var in library_context_vars()]
+        numpy = sys.modules.get("numpy")
+        legacy = numpy is not None and not self.context_values
+        self.numpy_errstate = numpy.geterr() if legacy and numpy is not None else None
         self.session: SessionGuards | None = None
 
     def enter_session(self, session: SessionGuards) -> None:
@@ -70,14 +96,46 @@ class Execution:
         decimal = sys.modules.get("decimal")
         if decimal is not None:
             decimal.setcontext(self.decimal if self.decimal is not None else decimal.Context())
-        numpy = sys.modules.get("numpy")
-        if numpy is not None:
+        variables = library_context_vars()
+        if variables:
             if self.session is not None:
-                self.session.numpy_errstate = numpy.geterr()  # np.seterr() persists within the session
+                self.session.context_values = {var: var.get() for var in variables}
+            host = dict(self.context_values)
+            for var in variables:
+                # A library the cell imported had no value in the host's context: its default.
+                var.set(host[var] if var in host else contextvars.Context().run(var.get))
+            return
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:  # numpy < 2: error state only (print options are refused there)
+            if self.session is not None:
+                self.session.numpy_errstate = numpy.geterr()
             if self.numpy_errstate is not None:
                 numpy.seterr(**self.numpy_errstate)
             else:
                 numpy.seterr(all="warn", under="ignore")  # numpy's defaults: it was imported by the cell
+
+
+def library_context_vars() -> list[contextvars.ContextVar[Any]]:
+    """The context variables that hold allowed libraries' settings (numpy >= 2), once imported."""
+    if _context_vars_found:
+        return _context_vars_found
+    if "numpy" not in sys.modules:
+        return []
+    found: list[contextvars.ContextVar[Any]] = []
+    for module, attr in _LIBRARY_CONTEXT_VARS:
+        var = getattr(sys.modules.get(module), attr, None)
+        if isinstance(var, contextvars.ContextVar):
+            found.append(var)
+    if len(found) == len(_LIBRARY_CONTEXT_VARS):
+        _context_vars_found.extend(found)  # a library's context variables never change
+    return found
+
+
+_context_vars_found: list[contextvars.ContextVar[Any]] = []
+_LIBRARY_CONTEXT_VARS = (
+    ("numpy._core.umath", "_extobj_contextvar"),  # seterr(), setbufsize()
+    ("numpy._core.printoptions", "format_options"),  # set_printoptions(), printoptions()
+)
 
 
 current_execution: contextvars.ContextVar[Execution | None] = contextvars.ContextVar(
@@ -122,14 +180,20 @@ class SessionGuards:
         self.rules = rules
         self.state = state
         self.owned: set[type] = set()
+        # The session's classes whose instances take attribute writes on themselves: writes to
+        # them skip every check (the transform's fast path tests membership in this set).
+        self.writable: set[type] = set()
         self.views: dict[str, ModuleView] = {}
         self.decimal_context: Any = None
         self.numpy_errstate: dict[str, str] | None = None
+        self.context_values: dict[contextvars.ContextVar[Any], Any] = {}
         self.table: dict[str, Any] = {}
         self.type_guard = _make_type_guard(self)
         self._format_cache: dict[str, str | None] = {}
         self._random: Any = None
         self._numpy_random: Any = None
+        self._calendar: Any = None
+        self._classes: dict[type, type] = {}
 
     # ---- builtins --------------------------------------------------------------------------------
 
@@ -161,7 +225,7 @@ class SessionGuards:
                 SETATTR: self.store,
                 TARGET: self.target,
                 TYPE: _real_type,
-                OWNED: self.owned,
+                OWNED: self.writable,
                 CHECK_TARGET: self.check_target,
                 GETATTR_NAME: _getattr_name,
                 GEN_EXC: self.generator_exception,
@@ -227,6 +291,11 @@ class SessionGuards:
                 raise self.refuse(
                     "registering implementations with a single-dispatch function not defined by this session"
                 )
+            if owner is not None and _real_type(owner) not in self.owned and _shared_objects.holds(owner):
+                raise self.refuse(
+                    f"registering with the process-wide '{_real_type(owner).__qualname__}'",
+                    "it is shared with the host and other sessions; pass the object to the call that uses it",
+                )
             return value
         if name == "style" and (
             module_of_callable(_real_type(value)).startswith("pandas")
@@ -237,12 +306,77 @@ class SessionGuards:
                 "it applies format strings to arbitrary cell objects; use df.round(), df.to_string() or "
                 "f-strings",
             )
+        if name == "samples":
+            return self._session_samples(value)
+        if name in _FORMAT_SINKS:
+            return self._format_sink(value, name)
+        if name == "lock" and isinstance(obj, functools.cached_property):
+            # A lock shared by every instance of the host's class (Python 3.11): held, it would
+            # block the host's own reads of the property.
+            raise self.refuse("reading the lock of a cached_property")
         if name == "ctypes":
             if module_of_callable(_real_type(value)).startswith("numpy"):
                 raise self.refuse("raw memory access through ndarray.ctypes")
             return value
         if callable(value) and module_of_callable(value).startswith("pandas."):
             return self._checked_pandas(value, name)
+        return value
+
+    def _format_sink(self, value: Any, name: str) -> Any:
+        """matplotlib calls that keep a format string and apply it later (tick formatters, labels)."""
+        if not (callable(value) and module_of_callable(value).startswith(("matplotlib", "mpl_toolkits"))):
+            return value
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            for text in _strings(args, kwargs):
+                self._check_format(text)
+            return value(*args, **kwargs)
+
+        return checked
+
+    def _checked_constructor(self, cls: type) -> type:
+        """A library class whose constructor keeps format strings: its str arguments are checked."""
+        made = self._classes.get(cls)
+        if made is None:
+            guards = self
+            real_init = _real_getattr(cls, "__init__")
+
+            def __init__(instance: Any, *args: Any, **kwargs: Any) -> None:
+                for text in _strings(args, kwargs):
+                    guards._check_format(text)
+                real_init(instance, *args, **kwargs)
+
+            namespace = {"__init__": __init__, "__module__": cls.__module__, "__doc__": cls.__doc__}
+            made = self._classes[cls] = _real_type(cls.__name__, (cls,), namespace)
+        return made
+
+    def _namedtuple(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def namedtuple(typename: str, field_names: Any, **kwargs: Any) -> Any:
+            if kwargs.get("module") is not None:
+                raise self.refuse("namedtuple(module=...)", "the class belongs to this session")
+            return real(typename, field_names, **kwargs)
+
+        return namedtuple
+
+    def _session_samples(self, value: Any) -> Any:
+        """statistics.NormalDist.samples() draws from the host's `random` unless seeded: use the session's."""
+        statistics = sys.modules.get("statistics")
+        real = getattr(getattr(statistics, "NormalDist", None), "samples", None)
+        if real is None:
+            return value
+        session_random = self._session_random()
+
+        def samples(dist: Any, n: int, *, seed: Any = None) -> list[float]:
+            import random
+
+            gauss = session_random.gauss if seed is None else random.Random(seed).gauss
+            mu, sigma = dist.mean, dist.stdev
+            return [gauss(mu, sigma) for _ in range(n)]
+
+        if value is real:
+            return samples
+        if isinstance(value, MethodType) and value.__func__ is real:
+            return functools.partial(samples, value.__self__)
         return value
 
     def _checked_format(self, value: Any, name: str) -> Any:
@@ -264,18 +398,41 @@ class SessionGuards:
                 return real(fmt, *args, **kwargs)
 
             return bound
+        wrapper = _user_string()
+        if value is _real_getattr(wrapper, name, None):  # unbound: UserString.format(us, ...)
+            return lambda us, *args, **kwargs: self._wrapped_format(us, name)(*args, **kwargs)
+        if isinstance(target, wrapper) and isinstance(value, MethodType):
+            return self._wrapped_format(target, name)
+        func = value.__func__ if isinstance(value, MethodType) else value
+        if isinstance(func, FunctionType) and not is_function_of(func, self.table) and not _repr_format(func):
+            # A library's own format(): it may apply a format string to objects by attribute lookups.
+            raise self.refuse(
+                f"the library method '{func.__qualname__}'",
+                "it may apply a format string by attribute lookups; format plain str values instead",
+            )
         return value
+
+    def _wrapped_format(self, wrapper: Any, name: str) -> Callable[..., Any]:
+        """format()/format_map() of a string wrapper: the wrapped value's, checked like any other."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.routed(_real_getattr(wrapper, "data"), name)(*args, **kwargs)
+
+        return call
 
     def _check_format(self, fmt: str) -> None:
         fmt = exact(fmt)  # the cache must not compare user-defined str subclasses
+        if "{" not in fmt:
+            return  # no replacement field, nothing looked up
         cache = self._format_cache
         if fmt in cache:
             refusal = cache[fmt]
         else:
             refusal = format_refusal(fmt, self.rules)
-            if len(cache) > 512:
-                cache.clear()
-            cache[fmt] = refusal
+            if len(fmt) <= 4096:  # long strings are checked each time rather than kept alive
+                if len(cache) > 512:
+                    cache.clear()
+                cache[fmt] = refusal
         if refusal is not None:
             raise PolicyViolation(refusal)
 
@@ -292,11 +449,28 @@ class SessionGuards:
                 if refusal is not None:
                     raise PolicyViolation(f"pandas {name}(): {refusal}")
             if name in _PANDAS_EXPRESSIONS:
-                # pandas resolves '@name' in the caller's frame: skip this wrapper's.
-                kwargs["level"] = kwargs.get("level", 0) + 1
+                self._expression_scope(name, kwargs, sys._getframe(1))
+            # pandas looks the checked names up itself: hand it the plain strs that were checked.
+            args = tuple(_plain_strings(a) for a in args)
+            kwargs = {k: _plain_strings(v) for k, v in kwargs.items()}
             return method(*args, **kwargs)
 
         return checked
+
+    def _expression_scope(self, name: str, kwargs: dict[str, Any], caller: Any) -> None:
+        """pandas resolves names ('@name' too) in the frame `level` above it: hand it the caller's
+        namespace instead, and only if the caller is this session's code; no frame depth from the code."""
+        if "level" in kwargs:
+            raise self.refuse(
+                f"pandas {name}() with level=",
+                "names resolve in the calling code; pass local_dict= for others",
+            )
+        own = caller.f_builtins is self.table
+        if kwargs.get("local_dict") is None:
+            kwargs["local_dict"] = dict(caller.f_locals) if own else {}
+        if kwargs.get("global_dict") is None:
+            kwargs["global_dict"] = caller.f_globals if own else {}
+        kwargs["level"] = 1  # both dicts are given: pandas reads no frame's names
 
     def dir(self, *args: Any) -> list[str]:
         # Without an argument: the caller's names (the cell's namespace), like the real dir().
@@ -323,8 +497,12 @@ class SessionGuards:
         _real_delattr(obj, name)
 
     def store(self, obj: Any, name: str, value: Any) -> None:
-        if _real_type(obj) not in self.owned:  # instances of the session's classes: no check
+        if _real_type(obj) not in self.writable:  # instances of the session's plain classes: no check
             self.check_target(obj, name)
+            if isinstance(value, str):
+                # Library objects may apply a string they hold as a format string (a tick
+                # formatter's .fmt): checked like str.format's.
+                self._check_format(value)
         _real_setattr(obj, name, value)
 
     def target(self, obj: Any, name: str) -> _Target:
@@ -354,6 +532,27 @@ class SessionGuards:
             )
         if isinstance(obj, (BuiltinFunctionType, MethodType, functools.partial)):
             raise self.refuse(f"changing attribute{where} of a built-in or bound function")
+        cls = _real_type(obj)
+        if cls in self.writable:
+            return
+        if not _instance_writes_stay_local(cls):
+            raise self.refuse(
+                f"changing attribute{where} of a '{cls.__qualname__}' object",
+                "its class passes attribute writes on to objects shared with the host (a class it "
+                "stands for, or process-wide settings)",
+            )
+        if isinstance(obj, _dataclass_field()):
+            raise self.refuse(
+                f"changing attribute{where} of a dataclass field",
+                "fields are fixed when the class is made; pass the options to field(...)",
+            )
+        if cls not in self.owned:
+            shared = _shared_role(obj, cls)
+            if shared:
+                raise self.refuse(
+                    f"changing attribute{where} of {shared} '{cls.__qualname__}'",
+                    "it is shared with the host and other sessions; keep your own values in variables",
+                )
 
     # ---- classes ---------------------------------------------------------------------------------
 
@@ -374,28 +573,43 @@ class SessionGuards:
             )
         cls = _real_build_class(func, name, *bases, **kwargs)
         if isinstance(cls, type):
-            self.owned.add(cls)
+            self.own(cls)
         return cls
+
+    def own(self, cls: type) -> None:
+        """Record `cls` as the session's; its instances take writes natively if they stay on them."""
+        if any(_real_type(key) is not str for key in vars(cls)):
+            # Every route to a class namespace hands it plain str keys; this holds if one is missed.
+            raise self.refuse(f"the class '{cls.__name__}' with attribute names that are not plain str")
+        self.owned.add(cls)
+        if _instance_writes_stay_local(cls):
+            self.writable.add(cls)
 
     def new_class(self, name: str, bases: tuple[Any, ...], namespace: dict[str, Any], **kwargs: Any) -> type:
         """type(name, bases, namespace): the same checks as a class statement."""
-        for raw in namespace:
+        checked: dict[str, Any] = {}
+        for raw, value in dict(namespace).items():
+            # The class gets plain str keys: a str subclass (or any object) with its own __hash__ and
+            # __eq__ could pass as 'x' here and be found later as '__array_interface__'.
             if not isinstance(raw, str):
-                continue
+                raise self.refuse(
+                    f"type(): the class attribute {_real_type(raw).__name__} key", "names must be str"
+                )
             key = nfkc(exact(raw))
             # Special methods need the audit and rewrite a class statement gets (a __getattr__ must
-            # not answer private names), so type() takes none of them.
+            # not answer private names), so type() takes none of them; nor a __module__ of its own
+            # (library code looks modules up by it).
             if key.startswith("_") and key not in _CLASS_NAMESPACE_KEYS:
                 raise self.refuse(
                     f"type(): the class attribute '{key}'", "define special methods in a class statement"
                 )
+            checked[key] = exact(value) if key == "__qualname__" and isinstance(value, str) else value
         for base in bases:
             if base is self.type_guard or (isinstance(base, type) and issubclass(base, type)):
                 raise self.refuse("type(): defining metaclasses")
-        namespace = dict(namespace)
-        namespace.setdefault("__module__", "__main__")  # not this module's name, which type() would use
-        cls = _real_type(name, bases, namespace, **kwargs)
-        self.owned.add(cls)
+        checked["__module__"] = "__main__"  # what a class statement in a cell gets
+        cls = _real_type(exact(name) if isinstance(name, str) else name, bases, checked, **kwargs)
+        self.own(cls)
         return cls
 
     def owned_only(self, real: Callable[..., Any], label: str) -> Callable[..., Any]:
@@ -412,24 +626,41 @@ class SessionGuards:
         def wrap(target: Any) -> Any:
             if not (isinstance(target, type) and target in self.owned):
                 raise self.refuse("dataclass() on a class not defined by this session")
-            return dataclasses.dataclass(target, **kwargs)
+            made: type = dataclasses.dataclass(target, **kwargs)
+            if made is not target:  # slots=True makes a new class
+                self.own(made)
+            return made
 
         return wrap if cls is None else wrap(cls)
 
     def make_dataclass(self, cls_name: str, fields: Iterable[Any], **kwargs: Any) -> type:
         import dataclasses
 
-        fields = list(fields)
-        names = [f if isinstance(f, str) else f[0] for f in fields]
-        namespace = kwargs.get("namespace") or {}
-        for name in [cls_name, *names, *namespace]:
-            if not isinstance(name, str) or nfkc(exact(name)).startswith("_"):
-                raise self.refuse(
-                    f"make_dataclass(): the name {name!r}", "names starting with '_' are private"
-                )
-        cls = dataclasses.make_dataclass(cls_name, fields, **kwargs)
-        self.owned.add(cls)
+        # dataclasses pastes the names into generated source and class namespaces: hand it plain
+        # strs, checked, never the objects given (a str subclass formats and hashes as it likes).
+        cls_name = self._plain_name(cls_name)
+        plain: list[Any] = []
+        for spec in fields:
+            if isinstance(spec, str):
+                plain.append(self._plain_name(spec))
+            elif isinstance(spec, tuple) and spec:
+                plain.append((self._plain_name(spec[0]), *spec[1:]))
+            else:
+                raise TypeError(f"Invalid field: {spec!r}")
+        namespace = kwargs.get("namespace")
+        if namespace is not None:
+            kwargs["namespace"] = {self._plain_name(k): v for k, v in dict(namespace).items()}
+        if "module" in kwargs:
+            raise self.refuse("make_dataclass(module=...)", "the class belongs to this session")
+        cls = dataclasses.make_dataclass(cls_name, plain, **kwargs)
+        type.__setattr__(cls, "__module__", "__main__")
+        self.own(cls)
         return cls
+
+    def _plain_name(self, name: Any) -> str:
+        if not isinstance(name, str) or nfkc(exact(name)).startswith("_"):
+            raise self.refuse(f"make_dataclass(): the name {name!r}", "names starting with '_' are private")
+        return nfkc(exact(name))
 
     def _owned_object(self, obj: Any) -> bool:
         return is_function_of(obj, self.table) or obj in self.owned or _real_type(obj) in self.owned
@@ -578,12 +809,75 @@ class SessionGuards:
             return _real_getattr(self._session_random(), attr)
         if module == "decimal" and attr in ("DefaultContext", "BasicContext", "ExtendedContext"):
             return value.copy()
-        if module == "numpy.random" and attr != "RandomState":
+        if module in ("numpy.random", "numpy.random.mtrand") and attr != "RandomState":
             legacy = self._session_numpy_random()
             if legacy is not None and callable(value) and hasattr(_real_type(legacy), attr):
                 return _real_getattr(legacy, attr)
+        if module == "calendar":
+            own = self._session_calendar(attr, value)
+            if own is not None:
+                return own
+        if module == "pandas" and attr == "options":
+            return _ReadOnlyOptions(value, "pandas.options")
+        if module == "numpy" and attr in _NUMPY_PRINT_SETTERS and not _numpy_print_options_are_local():
+            return _refused_builtin(
+                f"numpy.{attr}() is not available under policy '{self.rules.name}' with this numpy "
+                "(before 2.0 print options are process-wide); format values with f-strings or np.round()"
+            )
+        if module.startswith("matplotlib") and attr in _FORMAT_SINKS:
+            return self._format_sink(value, attr)
+        if module == "matplotlib.ticker" and attr == "StrMethodFormatter":
+            return _checked_str_method_formatter(self, value)
+        if module == "matplotlib.colorbar" and attr in ("Colorbar", "ColorbarBase"):
+            return self._checked_constructor(value)
+        if module == "collections" and attr == "namedtuple":
+            return self._namedtuple(value)
+        if (module.startswith("matplotlib") and attr in _MATPLOTLIB_SETTINGS) or _is_rc_params(value):
+            hint = _MATPLOTLIB_SETTINGS.get(attr, _RC_HINT)
+            return _ReadOnlySettings(value, f"{module}.{attr}", hint)
+        if isinstance(value, type) and _has_shared_tables(value):
+            return self._session_class(value)
         if module == "pandas" and attr == "eval":
             return self._checked_pandas(value, "eval")
+        return None
+
+    def _session_class(self, cls: type) -> type:
+        """A reviewed host class whose class-level tables (lists, dicts) are copies of the session's own."""
+        made = self._classes.get(cls)
+        if made is None:
+            tables = {
+                name: copy.copy(value)
+                for name, value in vars(cls).items()
+                if not name.startswith("_") and _real_type(value) in (list, dict, set)
+            }
+            namespace = {
+                **tables,
+                "__module__": cls.__module__,
+                "__doc__": cls.__doc__,
+                "__qualname__": cls.__qualname__,
+            }
+            made = self._classes[cls] = _real_type(cls.__name__, (cls,), namespace)
+        return made
+
+    def _session_calendar(self, attr: str, value: Any) -> Any:
+        """calendar's module functions work on one shared TextCalendar: give the session its own."""
+        import calendar
+
+        if self._calendar is None:
+            self._calendar = calendar.TextCalendar()
+        own = self._calendar
+        if attr == "c":
+            return own
+        if attr == "setfirstweekday":
+
+            def setfirstweekday(firstweekday: int) -> None:
+                if not calendar.MONDAY <= firstweekday <= calendar.SUNDAY:
+                    raise calendar.IllegalWeekdayError(firstweekday)
+                own.firstweekday = firstweekday
+
+            return setfirstweekday
+        if getattr(value, "__self__", None) is _real_getattr(calendar, "c"):
+            return _real_getattr(own, value.__name__)
         return None
 
     def _session_random(self) -> Any:
@@ -618,6 +912,8 @@ class SessionGuards:
             import decimal
 
             decimal.setcontext(self.decimal_context)
+        for var, value in self.context_values.items():
+            var.set(value)
         numpy = sys.modules.get("numpy")
         if numpy is not None and self.numpy_errstate is not None:
             numpy.seterr(**self.numpy_errstate)
@@ -651,6 +947,146 @@ class SessionGuards:
                 f"opening '{real}'", f"files are allowed only inside the workspace '{workspace}'"
             )
         return builtins.open(real, mode, buffering, encoding, errors, newline, closefd)
+
+
+# Library calls that keep a format string and apply it later (routed by attribute name).
+_FORMAT_SINKS = frozenset({"set_major_formatter", "set_minor_formatter", "bar_label", "clabel", "colorbar"})
+
+
+def _repr_format(func: FunctionType) -> bool:
+    """Library format() methods that take no format string (reviewed, by identity)."""
+    import pprint
+
+    return func is pprint.PrettyPrinter.format
+
+
+def _user_string() -> type:
+    import collections
+
+    return collections.UserString
+
+
+def _checked_str_method_formatter(guards: SessionGuards, real: type) -> type:
+    """matplotlib.ticker.StrMethodFormatter whose format string is checked whenever it is applied."""
+
+    def __call__(self: Any, x: Any, pos: Any = None) -> Any:
+        fmt = self.fmt
+        if isinstance(fmt, str):
+            guards._check_format(fmt)
+        return real.__call__(self, x, pos)
+
+    return _real_type(
+        real.__name__, (real,), {"__call__": __call__, "__module__": real.__module__, "__doc__": real.__doc__}
+    )
+
+
+_NUMPY_PRINT_SETTERS = frozenset({"set_printoptions", "printoptions", "set_string_function"})
+_RC_HINT = "pass style arguments to the plotting call instead (color=, linewidth=, figsize=, ...)"
+_MATPLOTLIB_SETTINGS = {
+    "rcParams": _RC_HINT,
+    "rcParamsDefault": _RC_HINT,
+    "rcParamsOrig": _RC_HINT,
+    "registry": "register converters on the axis instead (ax.xaxis.set_units / converter=)",
+}
+
+
+def _is_rc_params(value: Any) -> bool:
+    """matplotlib's rcParams, under whatever module name re-exports it (mpl_toolkits does)."""
+    matplotlib = sys.modules.get("matplotlib")
+    return matplotlib is not None and value is getattr(matplotlib, "rcParams", None)
+
+
+# Host classes whose public class-level tables code could change for everyone (found by the
+# reachability audit): the session gets a subclass holding copies. "module.qualname" strings,
+# resolved by identity.
+_SHARED_TABLE_CLASSES = ("calendar.HTMLCalendar", "textwrap.TextWrapper")
+
+
+def _has_shared_tables(cls: type) -> bool:
+    for dotted in _SHARED_TABLE_CLASSES:
+        module, _, name = dotted.partition(".")
+        if getattr(sys.modules.get(module), name, None) is cls:
+            return True
+    return False
+
+
+def _numpy_print_options_are_local() -> bool:
+    return isinstance(
+        getattr(sys.modules.get("numpy._core.printoptions"), "format_options", None), contextvars.ContextVar
+    )
+
+
+class _ReadOnlySettings(Mapping[Any, Any]):
+    """A process-wide settings mapping (matplotlib.rcParams, ...) as restricted code sees it: read-only.
+
+    Reads go to the real mapping, so they are always current; every write is refused with the reason.
+    """
+
+    __slots__ = ("_hint", "_label", "_real")
+
+    def __init__(self, real: Any, label: str, hint: str) -> None:
+        self._real = real
+        self._label = label
+        self._hint = hint
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise PolicyViolation(
+            f"changing {self._label} is not allowed: it is shared by the whole process (the host and "
+            f"other sessions); {self._hint}"
+        )
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = __ior__ = _refuse
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._real[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._real)
+
+    def __len__(self) -> int:
+        return len(self._real)
+
+    def copy(self) -> Any:
+        return self._real.copy()
+
+    def find_all(self, pattern: str) -> Any:
+        return self._real.find_all(pattern)
+
+    def __repr__(self) -> str:
+        return repr(self._real)
+
+
+class _ReadOnlyOptions:
+    """pandas.options as restricted code sees it: reads go to the real options, writes are refused."""
+
+    __slots__ = ("_label", "_real")
+
+    def __init__(self, real: Any, label: str) -> None:
+        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "_label", label)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "d":
+            raise AttributeError(name)
+        value = getattr(self._real, name)
+        if _real_type(value) is _real_type(self._real):
+            return _ReadOnlyOptions(value, f"{self._label}.{name}")
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise PolicyViolation(
+            f"changing {self._label}.{name} is not allowed: pandas options are shared by the whole process "
+            "(the host and other sessions); pass display arguments to the call instead "
+            "(df.to_string(max_rows=...), df.round(2))"
+        )
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def __dir__(self) -> list[str]:
+        return [name for name in dir(self._real) if name != "d"]
+
+    def __repr__(self) -> str:
+        return repr(self._real)
 
 
 class _GuardedAttrGetter:
@@ -687,6 +1123,126 @@ def _getattr_name(name: Any) -> None:
         raise AttributeError(name)
 
 
+_local_writes: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _instance_writes_stay_local(cls: type) -> bool:
+    found = _local_writes.get(cls)
+    if found is None:
+        found = _local_writes[cls] = _writes_stay_local(cls)
+    return found
+
+
+def _writes_stay_local(cls: type) -> bool:
+    """Whether an attribute write on an instance of `cls` lands on the instance (or fails).
+
+    Decided by identity, never by names a class could choose: the reviewed setters are looked up
+    in their real modules and compared with what `cls` has.
+    """
+    for attr, plain in (("__setattr__", _OBJECT_SETATTR), ("__delattr__", _OBJECT_DELATTR)):
+        found = _real_getattr(cls, attr, plain)
+        if found is plain or not isinstance(found, FunctionType):
+            continue  # object's own, or a C type's slot (reviewed by the reachability audit)
+        if found is _ReadOnlyOptions.__setattr__:  # (also its __delattr__) refuses with the reason
+            continue
+        if not (_reviewed_setter(found) or _frozen_dataclass_setter(cls, attr, found)):
+            return False
+    return True
+
+
+def _reviewed_setter(func: FunctionType) -> bool:
+    key = (func.__module__, func.__qualname__)
+    if key not in _INSTANCE_LOCAL_SETTERS:
+        return False
+    value: Any = sys.modules.get(key[0])
+    for part in key[1].split("."):
+        value = vars(value).get(part) if hasattr(value, "__dict__") else None
+    return value is func
+
+
+def _frozen_dataclass_setter(cls: type, attr: str, func: FunctionType) -> bool:
+    """The __setattr__/__delattr__ of frozen=True dataclasses: it raises, or writes the instance."""
+    for owner in cls.__mro__:
+        if vars(owner).get(attr) is func:
+            params = vars(owner).get("__dataclass_params__")
+            return params is not None and bool(getattr(params, "frozen", False))
+    return False
+
+
+def _shared_role(obj: Any, cls: type) -> str:
+    """How `obj` is shared with the host ('' if it is not): part of a class or module of the host."""
+    if _real_getattr(cls, "__get__", None) is not None:
+        return "the descriptor"  # property, cached_property, classmethod, ...: part of a class
+    enum = sys.modules.get("enum")
+    if enum is not None and isinstance(obj, enum.Enum):
+        return "a member of the enum"
+    if _shared_objects.holds(obj):
+        return "the module-level object"
+    return ""
+
+
+class _SharedObjects:
+    """Objects held by the host's modules (module globals, and values in their classes' namespaces).
+
+    Scanned incrementally as modules are imported; the objects are kept referenced, so an id is
+    never mistaken for a later object's.
+    """
+
+    def __init__(self) -> None:
+        self._objects: dict[int, Any] = {}
+        self._scanned: set[str] = set()
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def holds(self, obj: Any) -> bool:
+        if len(sys.modules) != self._count:
+            self._scan()
+        return self._objects.get(id(obj)) is obj
+
+    def _scan(self) -> None:
+        with self._lock:
+            modules = list(sys.modules.items())
+            self._count = len(modules)
+            for name, module in modules:
+                if name in self._scanned:
+                    continue
+                self._scanned.add(name)
+                namespace = getattr(module, "__dict__", None)
+                for value in list(namespace.values()) if isinstance(namespace, dict) else ():
+                    self._add(value)
+                    if isinstance(value, type):
+                        for member in list(vars(value).values()):
+                            self._add(member)
+
+    def _add(self, value: Any) -> None:
+        if not isinstance(value, _NOT_SHARED_STATE):
+            self._objects[id(value)] = value
+
+
+# Values a write cannot reach shared state through (immutable, or checked before this point).
+_NOT_SHARED_STATE = (
+    type(None),
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    tuple,
+    frozenset,
+    type,
+    ModuleType,
+    FunctionType,
+    BuiltinFunctionType,
+)
+_shared_objects = _SharedObjects()
+
+
+def _dataclass_field() -> type:
+    import dataclasses
+
+    return dataclasses.Field
+
+
 def _is_dispatcher(obj: Any) -> bool:
     """functools.singledispatch functions and singledispatchmethod objects."""
     return (callable(obj) and hasattr(obj, "registry") and hasattr(obj, "dispatch")) or (
@@ -719,6 +1275,19 @@ def _strings(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[str]:
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
+
+
+def _plain_strings(value: Any, depth: int = 0) -> Any:
+    """`value` with str subclass instances replaced by plain strs, inside lists, tuples and dicts too."""
+    if isinstance(value, str):
+        return exact(value)
+    if depth > 3:
+        return value
+    if _real_type(value) in (list, tuple):
+        return _real_type(value)(_plain_strings(v, depth + 1) for v in value)
+    if _real_type(value) is dict:
+        return {_plain_strings(k, depth + 1): _plain_strings(v, depth + 1) for k, v in value.items()}
+    return value
 
 
 def _expression_refusal(expr: str, rules: StaticRules) -> str | None:

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
+from ._blocking import stepped_queues
 from ._errors import PolicyViolation
+from ._sleep import interruptible_sleep
 
 if TYPE_CHECKING:
     from ._guards import SessionGuards
@@ -164,8 +166,6 @@ def special_values() -> dict[int, tuple[Any, Factory]]:
     import time
     import typing
 
-    from ._runtime import interruptible_sleep
-
     table: dict[int, tuple[Any, Factory]] = {}
 
     def add(obj: Any, factory: Factory) -> None:
@@ -183,6 +183,8 @@ def special_values() -> dict[int, tuple[Any, Factory]]:
     add(typing.get_origin, lambda g, real: g.get_origin)
     for cls, safe in _safe_enums().items():
         add(cls, _constant(safe))
+    for cls, stepped in stepped_queues().items():
+        add(cls, _constant(stepped))
     return table
 
 
@@ -219,26 +221,44 @@ def _safe_enums() -> dict[type, type]:
 
 def _checked_create(create: Callable[..., Any]) -> Callable[..., Any]:
     def _create_(cls: Any, class_name: str, names: Any, /, *args: Any, **kw: Any) -> Any:
-        return create(cls, class_name, _checked_member_names(names), *args, **kw)
+        if args or kw.get("module") is not None or kw.get("qualname") is not None:
+            # module= and qualname= (or the same positionally) would let the class claim a host module
+            raise PolicyViolation(
+                "Enum(..., module=/qualname=) is not allowed: the class belongs to this session"
+            )
+        return create(cls, class_name, _checked_member_names(names), **kw)
 
     return _create_
 
 
 def _checked_member_names(names: Any) -> Any:
-    """`names` as given to the functional API, with every member name checked."""
+    """`names` as given to the functional API, rebuilt with plain, checked str member names.
+
+    The enum class is built from these names as dictionary keys: a str subclass could pass the
+    check as 'A' and then hash and compare equal to '__array_interface__'.
+    """
     if isinstance(names, str):
-        items: list[Any] = str.__str__(names).replace(",", " ").split()
-    elif hasattr(names, "keys"):
-        items = list(names.keys())
-    else:
-        names = list(names)  # an iterator is consumed here, so hand the enum a list
-        items = [item if isinstance(item, str) else item[0] for item in names]
-    for item in items:
-        if not isinstance(item, str) or str.__str__(item).lstrip().startswith("_"):
-            raise PolicyViolation(
-                f"enum member name {item!r} is not allowed: names starting with '_' are private"
-            )
-    return names
+        return [_member_name(item) for item in str.__str__(names).replace(",", " ").split()]
+    if hasattr(names, "keys"):
+        return {_member_name(key): names[key] for key in list(names.keys())}
+    plain: list[Any] = []
+    for item in list(names):  # an iterator is consumed here, so hand the enum a list
+        if isinstance(item, str):
+            plain.append(_member_name(item))
+        elif isinstance(item, tuple) and len(item) == 2:
+            plain.append((_member_name(item[0]), item[1]))
+        else:
+            raise PolicyViolation(f"enum member {item!r} is not allowed: give names or (name, value) pairs")
+    return plain
+
+
+def _member_name(item: Any) -> str:
+    name = str.__str__(item) if isinstance(item, str) else None
+    if name is None or name.lstrip().startswith("_"):
+        raise PolicyViolation(
+            f"enum member name {item!r} is not allowed: names starting with '_' are private"
+        )
+    return name
 
 
 def is_metaclass(value: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 from genpark_repl_tools import ExecutionResult, ReplEngine
 
@@ -20,12 +21,24 @@ ALLOWED_STANDARD = (
     "unicodedata, uuid, zoneinfo"
 )
 
+# (policy, boundary) pairs every engine fixture of the suite runs under.
+BOUNDARIES = tuple(os.environ.get("GENPARK_SECURITY_BOUNDARIES", "inprocess,subprocess").split(","))
+PARAMS = [(policy, boundary) for boundary in BOUNDARIES for policy in ("strict", "standard")]
+
 _sessions = itertools.count()
 
 
 def run(engine: ReplEngine, code: str) -> ExecutionResult:
-    """Run `code` in a session of its own, so snippets never see each other's state."""
-    return engine.run(code, session=f"snippet-{next(_sessions)}")
+    """Run `code` in a session of its own, so snippets never see each other's state.
+
+    On the subprocess boundary the session (its worker process) is closed right after.
+    """
+    session = f"snippet-{next(_sessions)}"
+    try:
+        return engine.run(code, session=session)
+    finally:
+        if engine.boundary.name != "inprocess":
+            engine.close(session)
 
 
 def refusal(result: ExecutionResult) -> str:

@@ -1,0 +1,143 @@
+"""The reachability audit: nothing reachable from a restricted session's builtins and module views
+hands code more than its policy grants (see _reachability.py for what counts as a route).
+
+It fails when a new dependency version opens a route: the walk runs against whatever is installed.
+The walker's own tests show it finds each kind of route when one is opened on purpose.
+"""
+
+from __future__ import annotations
+
+import string
+import sys
+import threading
+import typing
+from typing import Any
+
+import pytest
+from _reachability import REVIEWED, Walk, reviewed_ids, session_roots, walk
+
+from genpark_repl_tools.policy import Policy
+
+
+@pytest.mark.parametrize("policy", [Policy.strict(), Policy.standard()], ids=["strict", "standard"])
+def test_no_route_is_reachable(policy: Policy) -> None:
+    walker, findings = walk(policy)
+    assert len(walker.seen) > 1000  # the walk did reach the modules
+    assert [str(f) for f in findings] == []
+
+
+def test_the_standard_walk_reaches_the_data_stack() -> None:
+    pytest.importorskip("numpy")
+    walker, _ = walk(Policy.standard())
+    import numpy
+
+    assert id(numpy.ndarray) in walker.seen
+
+
+# ---- the walker finds what it is meant to find --------------------------------------------------------
+
+
+def frame_depth_api(expr: str, level: int = 0) -> Any:
+    return sys._getframe(level + 1).f_locals.get(expr)
+
+
+_setting = 0
+_registry: dict[str, Any] = {}
+
+
+def global_setter(value: int) -> None:
+    global _setting
+    _setting = value
+
+
+def registry_setter(name: str, value: Any) -> None:
+    _registry[name.lower()] = value
+
+
+class _Permissive:
+    """Guards that allow every write: the route a forwarding setter opens when nothing checks it."""
+
+    def __init__(self, guards: Any) -> None:
+        self.rules = guards.rules
+        self.getattr = guards.getattr
+
+    def check_target(self, obj: Any, name: str | None = None) -> None:
+        return None
+
+
+def opened(roots: dict[str, Any], guards: Any = None) -> set[tuple[str, str]]:
+    real_guards, _ = session_roots(Policy.strict())
+    walker = Walk(guards or real_guards, roots, reviewed_ids())
+    return {(f.kind, f.path) for f in walker.run()}
+
+
+def test_the_walker_finds_a_real_module() -> None:
+    assert ("module", "leak['json']") in opened({"leak": {"json": sys.modules["json"]}})
+
+
+def test_the_walker_finds_a_real_module_behind_attributes() -> None:
+    class Holder:
+        helper = sys.modules["os"]
+
+    assert ("module", "holder.helper") in opened({"holder": Holder})
+
+
+def test_the_walker_finds_frames_and_entry_points() -> None:
+    found = opened({"frame": sys._getframe(), "runner": exec, "load": __import__, "code": compile})
+    assert {("frame", "frame"), ("entry", "runner"), ("entry", "load"), ("entry", "code")} <= found
+
+
+def test_the_walker_finds_stack_walkers_and_global_setters() -> None:
+    found = opened({"api": frame_depth_api, "setter": global_setter, "registry": registry_setter})
+    assert {("frame-depth", "api"), ("global-setter", "setter"), ("global-setter", "registry")} <= found
+
+
+def test_the_walker_finds_pandas_expression_apis_handed_out_unguarded() -> None:
+    pd = pytest.importorskip("pandas")
+    found = opened({"eval": pd.eval, "query": pd.DataFrame.query, "df_eval": pd.DataFrame.eval})
+    assert {("frame-depth", "eval"), ("frame-depth", "query"), ("frame-depth", "df_eval")} <= found
+
+
+def test_the_walker_finds_known_setters_of_library_state() -> None:
+    import calendar
+    import random
+
+    found = opened({"seed": random.seed, "weekday": calendar.setfirstweekday})
+    assert {("global-setter", "seed"), ("global-setter", "weekday")} <= found
+    pd = pytest.importorskip("pandas")
+    assert ("global-setter", "set_option") in opened({"set_option": pd.set_option})
+
+
+def test_the_walker_finds_format_capable_wrappers() -> None:
+    class Mine(string.Formatter):
+        pass
+
+    found = opened({"formatter": string.Formatter, "mine": Mine(), "ok": "{}"})
+    assert {("format", "formatter"), ("format", "mine")} <= found
+    assert not any(path == "ok" for _, path in found)
+
+
+def test_the_walker_finds_shared_containers() -> None:
+    import calendar
+
+    assert ("shared-container", "table") in opened({"table": calendar.HTMLCalendar.cssclasses})
+    assert not any(path == "mine" for _, path in opened({"mine": ["a"]}))
+
+
+def test_the_walker_finds_locks_that_block_for_ever() -> None:
+    assert ("lock", "lock") in opened({"lock": threading.Lock()})
+
+
+def test_the_walker_finds_writes_that_pass_on_when_unchecked() -> None:
+    real_guards, _ = session_roots(Policy.strict())
+    alias = {"alias": typing.Sequence}
+    assert ("host-write", "alias") in opened(alias, _Permissive(real_guards))
+    assert ("host-write", "alias") not in opened(alias)  # the real guards refuse those writes
+
+
+def test_reviewed_routes_resolve_by_identity() -> None:
+    import uuid
+
+    ids = reviewed_ids()
+    assert id(uuid.getnode) in ids
+    assert all(reason for reason in REVIEWED.values())
