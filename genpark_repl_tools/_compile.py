@@ -12,7 +12,7 @@ from types import CodeType
 from ._models import AuditFinding, ErrorInfo
 from .policy._runtime import PolicyRuntime
 
-__all__ = ["CELL_PREFIX", "CompiledCell", "compile_cell"]
+__all__ = ["CELL_PREFIX", "CompiledCell", "compile_cell", "parse"]
 
 CELL_PREFIX = "<cell-"
 
@@ -137,12 +137,23 @@ def compile_cell(source: str, runtime: PolicyRuntime) -> CompiledCell:
     return cell
 
 
+# CPython before 3.12 can fail with "SystemError: AST constructor recursion depth mismatch" when two
+# threads parse at once (gh-106905); sessions compile on their callers' threads, so parses take turns.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """`ast.parse` that is safe to call from many threads at once."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename, "exec")
+
+
 def _compile(source: str, runtime: PolicyRuntime) -> CompiledCell:
     digest = hashlib.sha1(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     filename = f"{CELL_PREFIX}{digest}>"
     lines = tuple(source.splitlines())
     try:
-        tree = ast.parse(source, filename, "exec")
+        tree = parse(source, filename)
     except (SyntaxError, ValueError) as exc:  # ValueError: source with NUL bytes
         return CompiledCell(source, filename, lines, syntax_error=syntax_error_info(exc, lines))
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._boundary import BaseBoundary, ExecutionRequest
+from ._compile import parse
 from ._exceptions import EngineClosed, SessionNotFound
 from ._limits import Limits
 from ._models import AuditReport, ErrorInfo, ExecutionResult, SessionRestore, VariableInfo
@@ -157,7 +157,7 @@ class ReplEngine:
             raise TypeError(f"code must be a str, not {type(code).__name__}")
         runtime = runtime_for(self.policy)
         try:
-            tree = ast.parse(code)
+            tree = parse(code)
         except (SyntaxError, ValueError):
             # A syntax error is not the audit's to refuse: run() reports it with line and caret.
             return AuditReport(policy=self.policy.name, allowed=True)

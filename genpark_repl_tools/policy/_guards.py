@@ -354,7 +354,9 @@ class SessionGuards:
         def namedtuple(typename: str, field_names: Any, **kwargs: Any) -> Any:
             if kwargs.get("module") is not None:
                 raise self.refuse("namedtuple(module=...)", "the class belongs to this session")
-            return real(typename, field_names, **kwargs)
+            # Named as a class statement in a cell would be; namedtuple would otherwise take the
+            # module of its caller, which is this wrapper.
+            return real(typename, field_names, module="__main__", **kwargs)
 
         return namedtuple
 

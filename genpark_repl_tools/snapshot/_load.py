@@ -206,7 +206,8 @@ class _Rebuilder:
 
     def namedtuple(self, name: str, fields: tuple[str, ...], defaults: tuple[Any, ...] | None) -> type:
         factory = import_by_name(self.table, "collections").namedtuple
-        cls: type = factory(str(name), tuple(fields), defaults=defaults, module=self.namespace["__name__"])
+        cls: type = factory(str(name), tuple(fields), defaults=defaults)
+        type.__setattr__(cls, "__module__", self.namespace["__name__"])  # as a class made in a cell
         return cls
 
 
