@@ -8,7 +8,7 @@ with ReplEngine() as engine:
 
 from __future__ import annotations
 
-from ._boundary import BaseBoundary, ExecutionRequest, MockBoundary
+from ._boundary import BaseBoundary, ExecutionRequest
 from ._engine import ReplEngine
 from ._exceptions import (
     BoundaryError,
@@ -19,7 +19,6 @@ from ._exceptions import (
     SessionNotFound,
     VariableNotFound,
 )
-from ._inprocess import InProcessBoundary
 from ._limits import Limits
 from ._models import (
     Attachment,
@@ -32,6 +31,7 @@ from ._models import (
     VariableInfo,
 )
 from ._observation import render_variables
+from .boundaries import InProcessBoundary, MockBoundary
 from .policy import Policy
 
 __version__ = "0.1.0"
