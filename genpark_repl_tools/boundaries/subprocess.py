@@ -23,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._exceptions import BoundaryError, MissingDependency, SessionNotFound
 from .._limits import Limits
-from .._models import ErrorInfo, ExecutionResult, VariableInfo
+from .._models import ExecutionResult, VariableInfo
 from .._session import SessionTable, not_defined
 from ..policy import Policy
 from ._subprocess import _claims
@@ -330,50 +330,15 @@ class SubprocessBoundary(BaseBoundary):
             notes=notes,
         )
         _attach_output(result, out, err)
-        if interrupted and code in (-signal.SIGKILL, None):
-            result.status = "cancelled"
-            result.error = ErrorInfo(
-                type="Cancelled",
-                message=(
-                    f"execution was interrupted after {elapsed:.1f} s; the code did not stop by itself "
-                    "(C-level work cannot be interrupted), so its worker process was killed"
-                ),
-                hint="The session's variables are lost; the next run starts a fresh session.",
-            )
-        elif killed and code in (-signal.SIGKILL, None):
-            result.status = "timeout"
-            result.error = ErrorInfo(
-                type="Timeout",
-                message=(
-                    f"execution stopped after {elapsed:.1f} s (limit {timeout:g} s); the code did not stop "
-                    "by itself (C-level work cannot be interrupted), so its worker process was killed"
-                ),
-                hint=(
-                    "The session's variables are lost; the next run starts a fresh session. "
-                    "Make the code faster, work on less data, or split the work into several calls."
-                ),
-            )
+        if killed and code in (-signal.SIGKILL, None):
+            how: _claims.Lost = "interrupted" if interrupted else "timeout"
         elif state.closed:
-            result.error = ErrorInfo(
-                type="SessionClosed",
-                message="the session was closed while this code ran",
-                hint="Run the code again; it starts a new, empty session.",
-            )
+            how = "closed"
         elif not isinstance(reply, (TimedOut, Died)):
-            result.error = ErrorInfo(
-                type="WorkerCrashed",
-                message="the worker process sent an invalid reply and was stopped",
-                hint="The session's variables are lost; the next run starts a fresh session.",
-            )
+            how = "invalid"
         else:
-            result.error = ErrorInfo(
-                type="WorkerCrashed",
-                message=_claims.explain_exit(code, limits),
-                hint=(
-                    "The session's variables are lost; the next run starts a fresh session. "
-                    "Re-create what you need and avoid what ended the process."
-                ),
-            )
+            how = "ended"
+        result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, limits)
         return result
 
     def _abandon(self, state: _SessionState, worker: WorkerHandle) -> None:

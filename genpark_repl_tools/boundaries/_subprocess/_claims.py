@@ -7,11 +7,17 @@ Every claim is built from what the zygote detected (`hello`) and what its probe 
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import Any, Literal
 
 from ..._limits import Limits
+from ..._models import ErrorInfo, Status
 
-__all__ = ["enforced", "explain_exit", "unavailable"]
+__all__ = ["Lost", "enforced", "explain_exit", "lost_call", "unavailable"]
+
+# How a call lost its worker: an interrupt or the deadline killed it, the session was closed under
+# it, it sent an invalid reply, or its process ended by itself.
+Lost = Literal["interrupted", "timeout", "closed", "invalid", "ended"]
+_LOST_SESSION = "The session's variables are lost; the next run starts a fresh session."
 
 _SIGNAL_TEXT = {
     signal.SIGSEGV: "a segmentation fault (SIGSEGV): invalid memory access, usually in C code or ctypes",
@@ -75,6 +81,50 @@ def unavailable(hello: dict[str, Any]) -> dict[str, str]:
         )
         if reason
     }
+
+
+def lost_call(
+    how: Lost, code: int | None, elapsed: float, timeout: float, limits: Limits
+) -> tuple[Status, ErrorInfo]:
+    """The status and error of a call whose worker was stopped or ended under it."""
+    if how == "interrupted":
+        return "cancelled", ErrorInfo(
+            type="Cancelled",
+            message=(
+                f"execution was interrupted after {elapsed:.1f} s; the code did not stop by itself "
+                "(C-level work cannot be interrupted), so its worker process was killed"
+            ),
+            hint=_LOST_SESSION,
+        )
+    if how == "timeout":
+        return "timeout", ErrorInfo(
+            type="Timeout",
+            message=(
+                f"execution stopped after {elapsed:.1f} s (limit {timeout:g} s); the code did not stop "
+                "by itself (C-level work cannot be interrupted), so its worker process was killed"
+            ),
+            hint=(
+                f"{_LOST_SESSION} "
+                "Make the code faster, work on less data, or split the work into several calls."
+            ),
+        )
+    if how == "closed":
+        return "crashed", ErrorInfo(
+            type="SessionClosed",
+            message="the session was closed while this code ran",
+            hint="Run the code again; it starts a new, empty session.",
+        )
+    if how == "invalid":
+        return "crashed", ErrorInfo(
+            type="WorkerCrashed",
+            message="the worker process sent an invalid reply and was stopped",
+            hint=_LOST_SESSION,
+        )
+    return "crashed", ErrorInfo(
+        type="WorkerCrashed",
+        message=explain_exit(code, limits),
+        hint=f"{_LOST_SESSION} Re-create what you need and avoid what ended the process.",
+    )
 
 
 def explain_exit(code: int | None, limits: Limits) -> str:
