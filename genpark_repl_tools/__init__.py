@@ -34,7 +34,7 @@ from ._observation import render_variables
 from .boundaries import InProcessBoundary, MockBoundary
 from .policy import Policy
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one source: pyproject.toml reads it (keep CHANGELOG.md in step)
 
 __all__ = [
     "Attachment",
