@@ -24,7 +24,7 @@ from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._exceptions import BoundaryError, MissingDependency, SessionNotFound
 from .._limits import Limits
 from .._models import ExecutionResult, VariableInfo
-from .._session import SessionTable, not_defined
+from .._session import DESCRIBE_BUDGET_S, SessionTable, not_defined
 from ..policy import Policy
 from ._subprocess import _claims
 from ._subprocess import _protocol as P
@@ -44,6 +44,9 @@ _VARIABLES = TypeAdapter(list[VariableInfo])
 
 
 class _SessionState:
+    """The host's view of one session: its worker (if any), lock and bookkeeping. The namespace
+    and the `Session` itself live in the worker."""
+
     __slots__ = (
         "closed",
         "execution_count",
@@ -409,7 +412,8 @@ class SubprocessBoundary(BaseBoundary):
     def _query(
         self, state: _SessionState, worker: WorkerHandle, kind: int, request: dict[str, Any]
     ) -> tuple[int, bytes]:
-        budget = min(self.limits.timeout_s, 5.0) + _QUERY_SLACK_S + self.kill_grace_s
+        # The worker's own describe budget, plus room for the reply and a kill.
+        budget = min(self.limits.timeout_s, DESCRIBE_BUDGET_S) + _QUERY_SLACK_S + self.kill_grace_s
         if worker.abandoned:
             settled = self._settle(state, worker)
             if settled is None:
