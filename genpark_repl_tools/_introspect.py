@@ -120,6 +120,8 @@ def value_repr(obj: Any, limit: int) -> tuple[str, bool]:
 
 
 def type_name(obj: Any) -> str:
+    if isinstance(obj, types.ModuleType):
+        return "module"  # also the policy's read-only module views: their class is ours, not the model's
     cls = type(obj)
     module = getattr(cls, "__module__", "builtins")
     qual = getattr(cls, "__qualname__", cls.__name__)

@@ -222,6 +222,16 @@ class BoundaryConformance:
         assert result.session_restarted is False
         assert [v.name for v in result.changes.created] == ["y"]
 
+    def test_modules_are_described_as_modules(self, engine: ReplEngine) -> None:
+        # Whatever the policy hands out for a module (a read-only view), the model sees "module".
+        result = engine.run("import math\nm = math\nm", session="mod")
+        assert result.value_type == "module"
+        assert {(v.name, v.type, v.kind) for v in result.changes.created} == {
+            ("m", "module", "module"),
+            ("math", "module", "module"),
+        }
+        assert engine.inspect("math", session="mod").type == "module"
+
     def test_execution_count(self, engine: ReplEngine) -> None:
         counts = [engine.run("1", session="count").execution_count for _ in range(3)]
         assert counts == [1, 2, 3]
