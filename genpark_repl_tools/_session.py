@@ -177,6 +177,8 @@ class SessionTable(Generic[S]):
             raise SessionNotFound(f"no session {name!r}; run code in it first")
         return item
 
+    __getitem__ = get
+
     def get_or_create(self, name: str, create: Callable[[str], S]) -> S:
         """The session, made with `create(name)` (under `lock`) on first use; CapacityError at the cap."""
         with self.lock:
