@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._boundary import BaseBoundary, ExecutionRequest, MockBoundary
+from ._boundary import BaseBoundary, ExecutionRequest
 from ._engine import ReplEngine
 from ._exceptions import (
     BoundaryError,
@@ -21,7 +21,6 @@ from ._exceptions import (
     SessionNotFound,
     VariableNotFound,
 )
-from ._inprocess import InProcessBoundary
 from ._limits import Limits
 from ._models import (
     Attachment,
@@ -38,13 +37,14 @@ from ._models import (
     VariableInfo,
 )
 from ._observation import render_variables
+from .boundaries import InProcessBoundary, MockBoundary
 from .policy import Policy
 
 if TYPE_CHECKING:
     from .snapshot import SessionSnapshot, SnapshotAuthError, SnapshotError, SnapshotRefused
     from .stores import SessionBusy, SessionStore, SQLiteStore, StoreError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one source: pyproject.toml reads it (keep CHANGELOG.md in step)
 
 __all__ = [
     "Attachment",

@@ -1,25 +1,25 @@
 """Where code runs. A boundary is one narrow contract: execute a request, describe a session, close.
 
-BaseBoundary          the contract every boundary passes (genpark_repl_tools.testing)
-├── InProcessBoundary the caller's process: microseconds, namespace isolation + policy layers
-├── SubprocessBoundary a worker process per session (genpark_repl_tools.boundaries.subprocess)
-└── MockBoundary      answers with a handler you give it; for tests of code built on the engine
+BaseBoundary           the contract every boundary passes (genpark_repl_tools.testing)
+├── InProcessBoundary  the caller's process: microseconds, namespace isolation + policy layers
+├── SubprocessBoundary a worker process per session
+└── MockBoundary       answers with a handler you give it; for tests of code built on the engine
+
+The boundaries themselves live in `genpark_repl_tools.boundaries`.
 """
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._exceptions import EngineClosed, SessionNotFound, VariableNotFound
+from ._exceptions import EngineClosed
 from ._limits import Limits
 from ._models import ErrorInfo, ExecutionResult, VariableInfo
 from .policy import Policy
 
-__all__ = ["BaseBoundary", "ExecutionRequest", "MockBoundary", "cancelled_before_start"]
+__all__ = ["BaseBoundary", "ExecutionRequest", "cancelled_before_start"]
 
 
 @dataclass(slots=True, eq=False)
@@ -118,53 +118,3 @@ class BaseBoundary(ABC):
     def _check_open(self) -> None:
         if self._closed:
             raise EngineClosed(f"the {self.name} boundary is closed")
-
-
-Handler = Callable[[ExecutionRequest], ExecutionResult]
-
-
-class MockBoundary(BaseBoundary):
-    """Answers every request with `handler(request)`; records sessions. Runs no code at all.
-
-    For testing code built on the engine (adapters, agents) without executing anything.
-    """
-
-    name = "mock"
-
-    def __init__(self, handler: Handler, policy: Policy | None = None, limits: Limits | None = None) -> None:
-        super().__init__(policy or Policy.trusted(), limits or Limits())
-        self._handler = handler
-        self._sessions: dict[str, list[ExecutionRequest]] = {}
-        self._lock = threading.Lock()
-
-    def execute(self, request: ExecutionRequest) -> ExecutionResult:
-        self._check_open()
-        with self._lock:
-            self._sessions.setdefault(request.session, []).append(request)
-        return self._handler(request)
-
-    def requests(self, session: str) -> list[ExecutionRequest]:
-        return list(self._sessions.get(session, ()))
-
-    def variables(self, session: str, *, include_hidden: bool = False) -> list[VariableInfo]:
-        self._require(session)
-        return []
-
-    def inspect(self, session: str, name: str) -> VariableInfo:
-        self._require(session)
-        raise VariableNotFound(f"name {name!r} is not defined in session {session!r}")
-
-    def reset(self, session: str) -> None:
-        self._require(session)
-
-    def close_session(self, session: str) -> bool:
-        with self._lock:
-            return self._sessions.pop(session, None) is not None
-
-    def sessions(self) -> list[str]:
-        with self._lock:
-            return list(self._sessions)
-
-    def _require(self, session: str) -> None:
-        if session not in self._sessions:
-            raise SessionNotFound(f"no session {session!r}")

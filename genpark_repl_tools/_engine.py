@@ -258,7 +258,7 @@ def _check_session(session: object) -> None:
 
 def _make_boundary(name: str, policy: Policy, limits: Limits, options: dict[str, Any]) -> BaseBoundary:
     if name == "inprocess":
-        from ._inprocess import InProcessBoundary
+        from .boundaries.inprocess import InProcessBoundary
 
         if options:
             raise TypeError(f"the inprocess boundary takes no options, got {sorted(options)}")

@@ -123,9 +123,9 @@ _PACKAGE = __name__.partition(".")[0]
 
 
 def type_name(obj: Any) -> str:
-    cls = type(obj)
     if isinstance(obj, types.ModuleType):
-        return "module"  # a policy's module view is a module to the code and to the model
+        return "module"  # also the policy's read-only module views: their class is ours, not the model's
+    cls = type(obj)
     # The engine's own stand-ins (guards, views) are named by what they stand for: the first class
     # in their MRO that is not the engine's. Internal names never reach the model.
     for base in cls.__mro__:

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._text import finding_text
+
 Status = Literal["ok", "error", "blocked", "timeout", "cancelled", "crashed"]
 
 __all__ = [
@@ -81,25 +83,7 @@ class AuditReport(_Model):
     def describe(self) -> str:
         if self.allowed:
             return f"allowed under policy '{self.policy}'"
-        return "\n".join(_finding_text(f) for f in self.findings)
-
-
-def _finding_text(finding: AuditFinding) -> str:
-    where = f"line {finding.line}" if finding.line else "code"
-    if finding.line and finding.column is not None:
-        where = f"line {finding.line}:{finding.column + 1}"
-    text = f"{where}: {finding.message}"
-    if finding.source_line is not None:
-        text += f"\n    {finding.source_line}"
-        if finding.column is not None:
-            text += "\n    " + _caret(finding.source_line, finding.column)
-    return text
-
-
-def _caret(source_line: str, column: int) -> str:
-    # Keep tabs so the caret lines up under the same glyphs.
-    prefix = "".join(ch if ch == "\t" else " " for ch in source_line[:column])
-    return prefix + "^"
+        return "\n".join(finding_text(f) for f in self.findings)
 
 
 class ErrorInfo(_Model):

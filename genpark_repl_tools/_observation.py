@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from ._models import ExecutionResult, VariableInfo, _caret, _finding_text
+from typing import TYPE_CHECKING
+
+from ._text import caret as _caret
+from ._text import finding_text as _finding_text
+
+if TYPE_CHECKING:  # annotations only: the models import this module to render themselves
+    from ._models import ExecutionResult, VariableInfo
 
 __all__ = ["render_observation", "render_variable", "render_variables", "variable_label"]
 

@@ -10,99 +10,28 @@ from __future__ import annotations
 import builtins
 import difflib
 import os
-import threading
 import time
 import traceback as _traceback
-from collections import OrderedDict
 from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any
 
 from ._capture import Capture, OutputCapture, capturing
-from ._compile import CELL_PREFIX, GUARD_NAME, CompiledCell
+from ._compile import CELL_PREFIX, CompiledCell
 from ._introspect import describe_fields, type_name, value_repr
 from ._limits import Limits
 from ._models import ErrorInfo, ExecutionResult
-from ._rich import FigureOwner, FigureRun
-from ._watchdog import ExecutionCancelled, ExecutionTimeout, Slot, check_expired, watchdog
+from ._rich import FigureRun
+from ._session import Session, call_armed
+from ._watchdog import ExecutionCancelled, ExecutionTimeout
 from .policy._runtime import PolicyRuntime
 
-__all__ = ["Session", "run_cell"]
+__all__ = ["run_cell"]
 
 _MISSING = object()
 _SOURCES_KEPT = 256
 _MAX_TB_FRAMES = 30
 _LATE_STOP_NOTE_S = 0.5
-
-
-class Session:
-    """One conversation's namespace and bookkeeping. The bookkeeping never enters the namespace."""
-
-    __slots__ = (
-        "cancel_pending",
-        "created_at",
-        "dynamic",
-        "execution_count",
-        "figures",
-        "global_names",
-        "last_used",
-        "lock",
-        "name",
-        "namespace",
-        "restarted",
-        "running",
-        "sources",
-        "touches_host",
-    )
-
-    def __init__(self, name: str, runtime: PolicyRuntime) -> None:
-        self.name = name
-        builtins_table = runtime.new_builtins()
-        builtins_table[GUARD_NAME] = check_expired
-        self.namespace: dict[str, Any] = {"__builtins__": builtins_table, "__name__": "__main__"}
-        self.lock = threading.Lock()
-        self.execution_count = 0
-        self.sources: OrderedDict[str, tuple[int, tuple[str, ...]]] = OrderedDict()
-        self.global_names: frozenset[str] = frozenset()
-        self.dynamic = False
-        self.touches_host = False
-        self.figures = FigureOwner()
-        self.restarted = False
-        self.running: Slot | None = None  # the watchdog slot of the cell running now, for interrupt()
-        self.cancel_pending = False
-        self.created_at = self.last_used = time.monotonic()
-
-    def interrupt(self) -> bool:
-        """Stop the cell this session is about to run or is running, as a timeout would.
-
-        Call it only while a call holds the session (its boundary knows); the boundary clears
-        `cancel_pending` when that call ends, so a late interrupt never reaches the next cell.
-        """
-        self.cancel_pending = True  # seen by _call_armed if the cell is not armed yet
-        slot = self.running
-        return slot is None or watchdog.cancel(slot) or not slot.done
-
-    def reset(self, runtime: PolicyRuntime) -> None:
-        """Empty the namespace and forget the bookkeeping (the caller holds `lock`)."""
-        fresh = Session(self.name, runtime)
-        self.namespace.clear()
-        self.namespace.update(fresh.namespace)
-        self.execution_count = 0
-        self.sources.clear()
-        self.global_names = frozenset()
-        self.dynamic = self.touches_host = False
-
-    def user_names(self, include_hidden: bool = False) -> list[str]:
-        import types
-
-        names = []
-        for key, value in self.namespace.items():
-            if not include_hidden and (key.startswith("_") or isinstance(value, types.ModuleType)):
-                continue
-            if key == "__builtins__":
-                continue
-            names.append(key)
-        return names
 
 
 class _Outcome:
@@ -185,7 +114,7 @@ def run_cell(
     with capturing(capture):
         token = runtime.enter()
         # ExecutionTimeout is the only exception expected back: _guarded turns the cell's own into data.
-        _, stopped = _call_armed(
+        _, stopped = call_armed(
             limits.timeout_s,
             session,
             _guarded,
@@ -496,58 +425,3 @@ def _timeout_error(
         else "",
         hint=hint,
     )
-
-
-def call_guarded(
-    session: Session,
-    runtime: PolicyRuntime,
-    timeout_s: float,
-    fn: Any,
-    *args: Any,
-    capture_factory: Callable[[int], OutputCapture] = Capture,
-) -> Any:
-    """Call `fn(*args)` (which may run user code: __repr__, __len__) under the policy and a deadline.
-
-    Output is discarded. Raises ExecutionTimeout if the deadline passed.
-    """
-    capture = capture_factory(1000)
-    with capturing(capture):
-        token = runtime.enter()
-        value, failure = _call_armed(timeout_s, None, fn, *args)
-        runtime.exit(token)
-    if failure is not None:
-        raise failure
-    return value
-
-
-def _call_armed(
-    timeout_s: float, owner: Session | None, fn: Any, *args: Any
-) -> tuple[Any, BaseException | None]:
-    """`fn(*args)` under the watchdog: (its value, None) or (None, the exception it raised).
-
-    With an `owner`, the slot is published as `owner.running` while `fn` runs, for `interrupt()`.
-
-    `slot.done = True` is a plain store right after `fn` returns, in this frame, before any call:
-    no pending injection can surface in between (see _watchdog). An injection already under way can
-    still surface in the first `release`; after it none can follow.
-    """
-    slot = watchdog.arm(timeout_s)
-    if owner is not None:
-        owner.running = slot
-        if owner.cancel_pending:
-            watchdog.cancel(slot)
-    value: Any = None
-    failure: BaseException | None = None
-    try:
-        value = fn(*args)
-        slot.done = True
-    except BaseException as exc:
-        slot.done = True
-        failure = exc
-    try:
-        watchdog.release(slot)
-    except ExecutionTimeout:
-        watchdog.release(slot)
-    if owner is not None:
-        owner.running = None
-    return value, failure

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._boundary import BaseBoundary, ExecutionRequest
 from .._exceptions import SessionNotFound
@@ -21,7 +21,7 @@ from ._load import restore_snapshot
 from ._save import take_snapshot
 
 if TYPE_CHECKING:
-    from .._runner import Session
+    from .._session import Session
     from ..stores import SessionStore
 
 __all__ = ["Durability", "resolve_key"]
@@ -57,7 +57,9 @@ class Durability:
         key: bytes,
         store: SessionStore | None,
     ) -> None:
-        if boundary.name != "inprocess":
+        from ..boundaries.inprocess import InProcessBoundary
+
+        if not isinstance(boundary, InProcessBoundary):
             raise ValueError(
                 f"snapshots and stores work with the inprocess boundary for now, not {boundary.name!r}"
             )
@@ -67,14 +69,12 @@ class Durability:
         self._versions: dict[str, int] = {}  # store version this process last loaded or saved
 
     def _session(self, name: str, create: bool) -> Session:
-        boundary: Any = self.boundary  # InProcessBoundary internals, until the shared session model
-        session: Session = boundary._get_or_create(name) if create else boundary._get(name)
-        return session
+        return self.boundary.session(name, create=create)
 
     def snapshot(self, name: str) -> SessionSnapshot:
         session = self._session(name, create=False)
         with session.lock:
-            return take_snapshot(session, self.boundary._runtime, self.boundary.limits, self.key)  # type: ignore[attr-defined]
+            return take_snapshot(session, self.boundary.runtime, self.boundary.limits, self.key)
 
     def restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
         """Restore by hand; with a store, the restored state becomes the stored one too."""
@@ -89,7 +89,7 @@ class Durability:
         if not isinstance(snapshot, SessionSnapshot):
             snapshot = SessionSnapshot.from_bytes(snapshot)
         session = self._session(name, create=True)
-        runtime = self.boundary._runtime  # type: ignore[attr-defined]
+        runtime = self.boundary.runtime
         with session.lock:
             return restore_snapshot(session, runtime, self.boundary.limits, snapshot, self.key)
 

@@ -25,7 +25,7 @@ from typing import Any
 from .._compile import compile_cell
 from .._limits import Limits
 from .._models import SessionRestore, SkippedVariable, SnapshotManifest
-from .._runner import Session, call_guarded
+from .._session import Session, call_guarded
 from .._watchdog import ExecutionTimeout
 from ..policy._audithook import host_code
 from ..policy._errors import PolicyViolation
@@ -305,12 +305,10 @@ def restore_snapshot(
         session.dynamic,
         session.touches_host,
     )
-    session.reset(runtime)
+    session.reset()
     timeout = max(limits.timeout_s, _LOAD_TIMEOUT_S)
     try:
-        info: SessionRestore = call_guarded(
-            session, runtime, timeout, _load, session, runtime, snapshot, header
-        )
+        info: SessionRestore = call_guarded(runtime, timeout, _load, session, runtime, snapshot, header)
     except BaseException as exc:
         namespace, count, sources, global_names, dynamic, touches_host = saved_state
         session.namespace.clear()

@@ -27,7 +27,7 @@ from .._compile import CELL_PREFIX, CompiledCell, compile_cell
 from .._introspect import type_name
 from .._limits import Limits
 from .._models import SkippedVariable, SnapshotManifest, SnapshotVariable
-from .._runner import Session, call_guarded
+from .._session import Session, call_guarded
 from .._watchdog import ExecutionTimeout
 from ..policy._runtime import PolicyRuntime
 from . import _markers as markers
@@ -313,7 +313,7 @@ def take_snapshot(session: Session, runtime: PolicyRuntime, limits: Limits, key:
     """Snapshot `session` (the caller holds its lock)."""
     timeout = max(limits.timeout_s, _SAVE_TIMEOUT_S)
     try:
-        snapshot: SessionSnapshot = call_guarded(session, runtime, timeout, _save, session, runtime, key)
+        snapshot: SessionSnapshot = call_guarded(runtime, timeout, _save, session, runtime, key)
     except ExecutionTimeout:
         raise SnapshotError(f"taking the snapshot took longer than {timeout:g} s") from None
     return snapshot

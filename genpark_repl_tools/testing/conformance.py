@@ -210,6 +210,28 @@ class BoundaryConformance:
         assert "s2" not in engine.sessions()
         assert engine.close("s2") is False
 
+    def test_reset_empties_the_session_the_same_way_everywhere(self, engine: ReplEngine) -> None:
+        engine.run("x = 1\ndef f():\n    global g\n    g = 2\n", session="r")
+        engine.run("f()", session="r")
+        engine.reset("r")
+        assert engine.variables("r") == []
+        with pytest.raises(VariableNotFound, match=r"^name 'x' is not defined in session 'r'$"):
+            engine.inspect("x", session="r")
+        result = engine.run("y = 3\ny", session="r")
+        assert (result.status, result.value, result.execution_count) == ("ok", "3", 1)
+        assert result.session_restarted is False
+        assert [v.name for v in result.changes.created] == ["y"]
+
+    def test_modules_are_described_as_modules(self, engine: ReplEngine) -> None:
+        # Whatever the policy hands out for a module (a read-only view), the model sees "module".
+        result = engine.run("import math\nm = math\nm", session="mod")
+        assert result.value_type == "module"
+        assert {(v.name, v.type, v.kind) for v in result.changes.created} == {
+            ("m", "module", "module"),
+            ("math", "module", "module"),
+        }
+        assert engine.inspect("math", session="mod").type == "module"
+
     def test_execution_count(self, engine: ReplEngine) -> None:
         counts = [engine.run("1", session="count").execution_count for _ in range(3)]
         assert counts == [1, 2, 3]

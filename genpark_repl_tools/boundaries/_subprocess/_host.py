@@ -27,14 +27,16 @@ from typing import IO, Any
 from ..._capture import BoundedText
 from ..._exceptions import BoundaryError
 from . import _protocol as P
+from . import _zygote
 
 __all__ = ["Died", "OutputSink", "TimedOut", "WorkerHandle", "ZygoteClient"]
 
+# Named through the module object, so a rename or move cannot leave a stale string behind.
 _BOOTSTRAP = (
     "import json, sys\n"
     "sys.path[:] = json.loads(sys.argv[1])\n"
-    "from genpark_repl_tools.boundaries._subprocess._zygote import main\n"
-    "main(int(sys.argv[2]))\n"
+    f"from {_zygote.__name__} import {_zygote.main.__name__}\n"
+    f"{_zygote.main.__name__}(int(sys.argv[2]))\n"
 )
 _READ_CHUNK = 1 << 16
 # After a reply, output the worker keeps producing (a thread printing forever) is left for later.

@@ -28,11 +28,12 @@ from typing import Any
 
 from ..._boundary import ExecutionRequest, cancelled_before_start
 from ..._compile import compile_cell
-from ..._introspect import describe
+from ..._exceptions import VariableNotFound
 from ..._limits import Limits
-from ..._models import ErrorInfo, ExecutionResult, VariableInfo
-from ..._runner import Session, call_guarded, run_cell
-from ..._watchdog import ExecutionTimeout, watchdog
+from ..._models import ErrorInfo, ExecutionResult
+from ..._runner import run_cell
+from ..._session import Session
+from ..._watchdog import watchdog
 from ...policy import PolicyRuntime
 from . import _protocol as P
 
@@ -45,8 +46,6 @@ _RID = struct.Struct("!I")
 # hundred writes, not one per line, and a crash loses at most its last 10 ms of output.
 _EAGER_LINES = 200
 _BATCH_S = 0.01
-# The whole variables() listing shares one budget, so many slow reprs cannot stall the host.
-_DESCRIBE_BUDGET_S = 5.0
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:
@@ -281,44 +280,18 @@ class _Worker:
         request = json.loads(payload) if payload else {}
         with session.lock:
             if kind == P.VARIABLES:
-                deadline = time.monotonic() + min(self.limits.timeout_s, _DESCRIBE_BUDGET_S)
-                infos = [
-                    self._describe(name, deadline) for name in session.user_names(bool(request.get("hidden")))
-                ]
+                infos = session.variables(self.limits, bool(request.get("hidden")))
                 return P.VARIABLE_LIST, b"[" + b",".join(i.model_dump_json().encode() for i in infos) + b"]"
             if kind == P.INSPECT:
-                name = request["name"]
-                if name not in session.namespace or name == "__builtins__":
-                    return P.NOT_FOUND, f"name {name!r} is not defined in session {session.name!r}".encode()
-                deadline = time.monotonic() + min(self.limits.timeout_s, _DESCRIBE_BUDGET_S)
-                return P.VARIABLE, self._describe(name, deadline).model_dump_json().encode()
+                try:
+                    info = session.inspect(request["name"], self.limits)
+                except VariableNotFound:
+                    return P.NOT_FOUND, b""  # the host words it
+                return P.VARIABLE, info.model_dump_json().encode()
             if kind == P.RESET:
-                fresh = Session(session.name, self.runtime)
-                session.namespace.clear()
-                session.namespace.update(fresh.namespace)
-                session.execution_count = 0
-                session.sources.clear()
-                session.global_names = frozenset()
-                session.dynamic = False
-                session.restarted = False
+                session.reset()
                 return P.ACK, b""
         raise P.ProtocolError(f"unknown request kind {kind!r}")
-
-    def _describe(self, name: str, deadline: float) -> VariableInfo:
-        value = self.session.namespace[name]
-        remaining = deadline - time.monotonic()
-        if remaining > 0:
-            try:
-                info: VariableInfo = call_guarded(
-                    self.session, self.runtime, remaining, describe, name, value, self.limits.max_repr_chars
-                )
-            except ExecutionTimeout:
-                pass
-            else:
-                return info
-        return VariableInfo(
-            name=name, type=type(value).__name__, repr="<repr timed out>", repr_truncated=True
-        )
 
 
 def serve(

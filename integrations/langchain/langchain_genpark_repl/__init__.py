@@ -10,6 +10,8 @@ See `langchain_genpark_repl.tools` for the thread-to-session mapping and what ea
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
 from .tools import (
     GenparkInspectTool,
     GenparkReplTool,
@@ -20,7 +22,7 @@ from .tools import (
     thread_session,
 )
 
-__version__ = "0.1.0"
+__version__ = _metadata.version("langchain-genpark-repl")  # the one source is pyproject.toml
 
 __all__ = [
     "GenparkInspectTool",

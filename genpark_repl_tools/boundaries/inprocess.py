@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from ._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
-from ._compile import compile_cell
-from ._exceptions import CapacityError, SessionNotFound, VariableNotFound
-from ._introspect import describe
-from ._limits import Limits
-from ._models import ExecutionResult, VariableInfo
-from ._runner import Session, call_guarded, run_cell
-from ._watchdog import ExecutionTimeout
-from .policy import Policy, runtime_for
+from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
+from .._compile import compile_cell
+from .._limits import Limits
+from .._models import ExecutionResult, VariableInfo
+from .._runner import run_cell
+from .._session import Session, SessionTable
+from ..policy import Policy, PolicyRuntime, runtime_for
 
 __all__ = ["InProcessBoundary"]
-
-_DESCRIBE_TIMEOUT_S = 5.0
 
 
 class InProcessBoundary(BaseBoundary):
@@ -34,15 +29,25 @@ class InProcessBoundary(BaseBoundary):
     def __init__(self, policy: Policy, limits: Limits) -> None:
         super().__init__(policy, limits)
         self._runtime = runtime_for(policy)
-        self._sessions: dict[str, Session] = {}
+        self._sessions: SessionTable[Session] = SessionTable(limits.max_sessions)
         self._running: dict[str, ExecutionRequest] = {}  # session -> the call running in it
-        self._lock = threading.Lock()
+
+    @property
+    def runtime(self) -> PolicyRuntime:
+        """The policy's mechanism these sessions run under (snapshots load through it)."""
+        return self._runtime
+
+    def session(self, name: str, *, create: bool = False) -> Session:
+        """The session object itself, for the engine's snapshots; SessionNotFound unless `create`."""
+        if create:
+            return self._sessions.get_or_create(name, self._new_session)
+        return self._sessions.get(name)
 
     # ---- contract -------------------------------------------------------------------------------
 
     def execute(self, request: ExecutionRequest) -> ExecutionResult:
         self._check_open()
-        session = self._get_or_create(request.session)
+        session = self._sessions.get_or_create(request.session, self._new_session)
         cell = compile_cell(request.code, self._runtime)
         limits = self.limits
         if request.timeout_s is not None and request.timeout_s != limits.timeout_s:
@@ -58,34 +63,29 @@ class InProcessBoundary(BaseBoundary):
                 session.cancel_pending = False
 
     def variables(self, session: str, *, include_hidden: bool = False) -> list[VariableInfo]:
-        s = self._get(session)
+        s = self._sessions.get(session)
         with s.lock:
-            names = s.user_names(include_hidden)
-            return [self._describe(s, name) for name in names]
+            return s.variables(self.limits, include_hidden)
 
     def inspect(self, session: str, name: str) -> VariableInfo:
-        s = self._get(session)
+        s = self._sessions.get(session)
         with s.lock:
-            if name not in s.namespace or name == "__builtins__":
-                raise VariableNotFound(f"name {name!r} is not defined in session {session!r}")
-            return self._describe(s, name)
+            return s.inspect(name, self.limits)
 
     def reset(self, session: str) -> None:
-        s = self._get(session)
+        s = self._sessions.get(session)
         with s.lock:
-            s.reset(self._runtime)
+            s.reset()
 
     def interrupt(self, session: str, request: ExecutionRequest | None = None) -> bool:
-        with self._lock:
-            s = self._sessions.get(session)
+        s = self._sessions.find(session)
         running = self._running.get(session)
         if s is None or running is None or (request is not None and running is not request):
             return False
         return s.interrupt()
 
     def close_session(self, session: str) -> bool:
-        with self._lock:
-            s = self._sessions.pop(session, None)
+        s = self._sessions.pop(session)
         if s is None:
             return False
         with s.lock:
@@ -93,8 +93,7 @@ class InProcessBoundary(BaseBoundary):
         return True
 
     def sessions(self) -> list[str]:
-        with self._lock:
-            return list(self._sessions)
+        return self._sessions.names()
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -112,36 +111,5 @@ class InProcessBoundary(BaseBoundary):
             },
         }
 
-    # ---- internals ------------------------------------------------------------------------------
-
-    def _get(self, session: str) -> Session:
-        with self._lock:
-            s = self._sessions.get(session)
-        if s is None:
-            raise SessionNotFound(f"no session {session!r}; run code in it first")
-        return s
-
-    def _get_or_create(self, session: str) -> Session:
-        with self._lock:
-            s = self._sessions.get(session)
-            if s is None:
-                cap = self.limits.max_sessions
-                if cap is not None and len(self._sessions) >= cap:
-                    raise CapacityError(
-                        f"{cap} sessions are live (Limits.max_sessions); close one with engine.close(session)"
-                    )
-                s = self._sessions[session] = Session(session, self._runtime)
-        return s
-
-    def _describe(self, s: Session, name: str) -> VariableInfo:
-        value = s.namespace[name]
-        timeout = min(self.limits.timeout_s, _DESCRIBE_TIMEOUT_S)
-        try:
-            info: VariableInfo = call_guarded(
-                s, self._runtime, timeout, describe, name, value, self.limits.max_repr_chars
-            )
-        except ExecutionTimeout:
-            info = VariableInfo(
-                name=name, type=type(value).__name__, repr="<repr timed out>", repr_truncated=True
-            )
-        return info
+    def _new_session(self, name: str) -> Session:
+        return Session(name, self._runtime)

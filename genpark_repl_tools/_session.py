@@ -1,0 +1,274 @@
+"""One conversation's state, shared by every boundary: the session and the table that holds them.
+
+`Session` is what code runs in (the in-process boundary keeps one per session id; a subprocess worker
+keeps exactly one): its namespace, its bookkeeping, and the operations every boundary offers on it
+(reset, "is this name defined", describe variables within a time budget). `SessionTable` is how a
+boundary finds, creates and caps its sessions, whatever it keeps per session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import types
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+from ._capture import Capture, OutputCapture, capturing
+from ._compile import GUARD_NAME
+from ._exceptions import CapacityError, SessionNotFound, VariableNotFound
+from ._introspect import describe
+from ._limits import Limits
+from ._models import VariableInfo
+from ._rich import FigureOwner
+from ._watchdog import ExecutionTimeout, Slot, check_expired, watchdog
+from .policy._runtime import PolicyRuntime
+
+__all__ = ["Session", "SessionTable", "call_armed", "call_guarded", "not_defined"]
+
+# A whole variables() listing shares one budget, so many slow reprs cannot stall the caller.
+DESCRIBE_BUDGET_S = 5.0
+
+S = TypeVar("S")
+
+
+def not_defined(name: str, session: str) -> VariableNotFound:
+    """The one wording for a name a session does not have."""
+    return VariableNotFound(f"name {name!r} is not defined in session {session!r}")
+
+
+class Session:
+    """One conversation's namespace and bookkeeping. The bookkeeping never enters the namespace.
+
+    Security model: the policy's (`runtime`): the namespace gets the policy's builtins, and every
+    operation here that may run user code (`describe`: `__repr__`, `__len__`) runs under the policy
+    and a deadline. Callers hold `lock` around every method that reads or changes the namespace.
+    """
+
+    __slots__ = (
+        "cancel_pending",
+        "created_at",
+        "dynamic",
+        "execution_count",
+        "figures",
+        "global_names",
+        "last_used",
+        "lock",
+        "name",
+        "namespace",
+        "restarted",
+        "running",
+        "runtime",
+        "sources",
+        "touches_host",
+    )
+
+    def __init__(self, name: str, runtime: PolicyRuntime) -> None:
+        self.name = name
+        self.runtime = runtime
+        self.namespace: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.sources: OrderedDict[str, tuple[int, tuple[str, ...]]] = OrderedDict()
+        self.figures = FigureOwner()
+        self.running: Slot | None = None  # the watchdog slot of the cell running now, for interrupt()
+        self.cancel_pending = False
+        # Once a session imported a module that can change process-wide state, the runner checks
+        # that state after each of its runs. A reset keeps the flag: what the module (or a thread
+        # the code started) does to the process outlives the namespace.
+        self.touches_host = False
+        self.created_at = self.last_used = time.monotonic()
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the namespace and forget what the runner learnt about it (the caller holds `lock`).
+
+        The one reset every boundary uses: the session stays, its counter restarts, and the next
+        result does not report a restart (an empty namespace is what was asked for).
+        """
+        builtins_table = self.runtime.new_builtins()
+        builtins_table[GUARD_NAME] = check_expired
+        self.namespace.clear()
+        self.namespace.update({"__builtins__": builtins_table, "__name__": "__main__"})
+        self.execution_count = 0
+        self.sources.clear()
+        self.global_names: frozenset[str] = frozenset()
+        self.dynamic = False
+        self.restarted = False
+
+    def interrupt(self) -> bool:
+        """Stop the cell this session is about to run or is running, as a timeout would.
+
+        Call it only while a call holds the session (its boundary knows); the boundary clears
+        `cancel_pending` when that call ends, so a late interrupt never reaches the next cell.
+        """
+        self.cancel_pending = True  # seen by call_armed if the cell is not armed yet
+        slot = self.running
+        return slot is None or watchdog.cancel(slot) or not slot.done
+
+    def defines(self, name: str) -> bool:
+        """Whether `name` is a variable of this session (the builtins table is not)."""
+        return name in self.namespace and name != "__builtins__"
+
+    def user_names(self, include_hidden: bool = False) -> list[str]:
+        """The names a listing shows: without modules and `_private` names unless asked."""
+        names = []
+        for key, value in self.namespace.items():
+            if not include_hidden and (key.startswith("_") or isinstance(value, types.ModuleType)):
+                continue
+            if key == "__builtins__":
+                continue
+            names.append(key)
+        return names
+
+    def variables(self, limits: Limits, include_hidden: bool = False) -> list[VariableInfo]:
+        """Every listed variable, described within one budget (the caller holds `lock`)."""
+        return self.describe(self.user_names(include_hidden), limits)
+
+    def inspect(self, name: str, limits: Limits) -> VariableInfo:
+        """One variable in detail; VariableNotFound if the session has no such name."""
+        if not self.defines(name):
+            raise not_defined(name, self.name)
+        return self.describe([name], limits)[0]
+
+    def describe(self, names: Iterable[str], limits: Limits) -> list[VariableInfo]:
+        """Describe `names` under the policy, all within min(timeout, 5 s): a description that
+        does not finish in what is left (a `__repr__` that loops) says so instead."""
+        deadline = time.monotonic() + min(limits.timeout_s, DESCRIBE_BUDGET_S)
+        infos = []
+        for name in names:
+            value = self.namespace[name]
+            remaining = deadline - time.monotonic()
+            info: VariableInfo | None = None
+            if remaining > 0:
+                with contextlib.suppress(ExecutionTimeout):
+                    info = call_guarded(self.runtime, remaining, describe, name, value, limits.max_repr_chars)
+            if info is None:
+                info = VariableInfo(
+                    name=name, type=type(value).__name__, repr="<repr timed out>", repr_truncated=True
+                )
+            infos.append(info)
+        return infos
+
+
+class SessionTable(Generic[S]):
+    """A boundary's live sessions by id: lookup, creation under `Limits.max_sessions`, removal.
+
+    `S` is whatever the boundary keeps per session (a `Session` in-process, the host's handle on a
+    worker in the subprocess boundary). Thread-safe; `lock` is re-entrant, so a boundary can hold
+    it to combine several calls, or guard its own bookkeeping with it.
+    """
+
+    def __init__(self, max_sessions: int | None) -> None:
+        self.max_sessions = max_sessions
+        self.lock = threading.RLock()
+        self._items: dict[str, S] = {}
+
+    def find(self, name: str) -> S | None:
+        with self.lock:
+            return self._items.get(name)
+
+    def get(self, name: str) -> S:
+        """The session; SessionNotFound if there is none."""
+        with self.lock:
+            item = self._items.get(name)
+        if item is None:
+            raise SessionNotFound(f"no session {name!r}; run code in it first")
+        return item
+
+    __getitem__ = get
+
+    def get_or_create(self, name: str, create: Callable[[str], S]) -> S:
+        """The session, made with `create(name)` (under `lock`) on first use; CapacityError at the cap."""
+        with self.lock:
+            item = self._items.get(name)
+            if item is None:
+                cap = self.max_sessions
+                if cap is not None and len(self._items) >= cap:
+                    raise CapacityError(
+                        f"{cap} sessions are live (Limits.max_sessions); close one with engine.close(session)"
+                    )
+                item = self._items[name] = create(name)
+            return item
+
+    def pop(self, name: str, item: S | None = None) -> S | None:
+        """Remove the session (only if it is still `item`, when given); what was removed, if anything."""
+        with self.lock:
+            current = self._items.get(name)
+            if current is None or (item is not None and current is not item):
+                return None
+            del self._items[name]
+            return current
+
+    def clear(self) -> list[S]:
+        """Remove every session; what was removed."""
+        with self.lock:
+            items = list(self._items.values())
+            self._items.clear()
+            return items
+
+    def names(self) -> list[str]:
+        with self.lock:
+            return list(self._items)
+
+    def values(self) -> list[S]:
+        with self.lock:
+            return list(self._items.values())
+
+
+# ---- calls under the watchdog ---------------------------------------------------------------------
+
+
+def call_guarded(
+    runtime: PolicyRuntime,
+    timeout_s: float,
+    fn: Any,
+    *args: Any,
+    capture_factory: Callable[[int], OutputCapture] = Capture,
+) -> Any:
+    """Call `fn(*args)` (which may run user code: __repr__, __len__) under the policy and a deadline.
+
+    Output is discarded. Raises ExecutionTimeout if the deadline passed.
+    """
+    capture = capture_factory(1000)
+    with capturing(capture):
+        token = runtime.enter()
+        value, failure = call_armed(timeout_s, None, fn, *args)
+        runtime.exit(token)
+    if failure is not None:
+        raise failure
+    return value
+
+
+def call_armed(
+    timeout_s: float, owner: Session | None, fn: Any, *args: Any
+) -> tuple[Any, BaseException | None]:
+    """`fn(*args)` under the watchdog: (its value, None) or (None, the exception it raised).
+
+    With an `owner`, the slot is published as `owner.running` while `fn` runs, for `interrupt()`.
+
+    `slot.done = True` is a plain store right after `fn` returns, in this frame, before any call:
+    no pending injection can surface in between (see _watchdog). An injection already under way can
+    still surface in the first `release`; after it none can follow.
+    """
+    slot = watchdog.arm(timeout_s)
+    if owner is not None:
+        owner.running = slot
+        if owner.cancel_pending:
+            watchdog.cancel(slot)
+    value: Any = None
+    failure: BaseException | None = None
+    try:
+        value = fn(*args)
+        slot.done = True
+    except BaseException as exc:
+        slot.done = True
+        failure = exc
+    try:
+        watchdog.release(slot)
+    except ExecutionTimeout:
+        watchdog.release(slot)
+    if owner is not None:
+        owner.running = None
+    return value, failure

@@ -1,0 +1,252 @@
+"""Worker processes for the subprocess boundary: the zygote, and starting and retiring workers.
+
+The boundary decides which session has which worker and when one goes; `WorkerPool` does it: it owns
+the zygote client, every live worker handle and the `max_workers` cap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..._exceptions import BoundaryError, CapacityError
+from ..._limits import Limits
+from ...policy import Policy
+from . import _protocol as P
+from ._host import PIPE_BUFFER_BYTES, OutputSink, WorkerHandle, ZygoteClient
+
+__all__ = ["START_TIMEOUT_S", "WorkerPool", "worker_env", "zygote_config"]
+
+START_TIMEOUT_S = 30.0
+_EXIT_WAIT_S = 2.0
+_MIN_HEADROOM_MB = 64
+_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+# One thread per library pool keeps the zygote single-threaded after `preload` and keeps workers
+# from multiplying their threads by the core count; pass env={...} to override.
+_THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def zygote_config(
+    policy: Policy,
+    limits: Limits,
+    *,
+    workspace_root: Path,
+    uid: int | None,
+    network: bool,
+    confine_reads: bool,
+    read_paths: Iterable[str | Path],
+    preload: Iterable[str],
+    max_processes: int | None,
+) -> dict[str, Any]:
+    """What the zygote needs to build the runtime and sandbox every worker the same way."""
+    return {
+        "policy": policy.model_dump(mode="json"),
+        "limits": limits.model_dump(mode="json"),
+        "preload": list(preload),
+        "workspace_root": str(workspace_root),
+        "sandbox": {
+            "uid": uid,
+            "gid": uid,
+            "network": network,
+            "confine_reads": confine_reads,
+            "read_paths": [str(Path(p).resolve()) for p in read_paths],
+            "memory_mb": limits.memory_mb,
+            "cpu_s": limits.cpu_s,
+            "max_open_files": limits.max_open_files,
+            "max_file_size_mb": limits.max_file_size_mb,
+            "max_processes": max_processes,
+        },
+    }
+
+
+def worker_env(extra: dict[str, str] | None) -> dict[str, str]:
+    """The workers' environment: a few of the host's variables (never all of them), plus `extra`."""
+    env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+    env.setdefault("PATH", os.defpath)
+    env.update(dict.fromkeys(_THREAD_CAPS, "1"))
+    env["MALLOC_ARENA_MAX"] = "2"  # glibc reserves 64 MiB of address space per arena
+    env.update(extra or {})
+    return env
+
+
+class WorkerPool:
+    """The zygote and the workers it forked for one boundary.
+
+    Security model: host code only; it starts and kills processes and never runs the agent's code.
+    It holds no reference to its boundary, so a boundary dropped without close() can be collected
+    and its finalizer can `shutdown()` the pool.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        env: dict[str, str],
+        python: str | None,
+        limits: Limits,
+        max_workers: int | None,
+    ) -> None:
+        self.limits = limits
+        self.max_workers = max_workers
+        self._lock = threading.Lock()
+        self._handles: dict[str, WorkerHandle] = {}  # every live handle
+        self._starting = 0
+        self._tokens = itertools.count(1)
+        self._zygote_lock = threading.Lock()
+        self._hello: dict[str, Any] | None = None
+        # Weak: the zygote's reader thread must not keep the pool alive.
+        on_death = weakref.WeakMethod(self._on_zygote_death)
+        self.zygote = ZygoteClient(
+            config, env, python or sys.executable, lambda: (method := on_death()) and method()
+        )
+        self.zygote.start()
+
+    def hello(self) -> dict[str, Any]:
+        """What the zygote detected; (re)starts it first if it is not running."""
+        with self._zygote_lock:
+            if self._hello is not None and self.zygote.alive:
+                return self._hello
+            if self._hello is not None:  # it died (killed from outside); its workers died with it
+                self.zygote.start()
+            hello = self.zygote.hello(START_TIMEOUT_S)
+            memory_mb = self.limits.memory_mb
+            if memory_mb is not None:
+                needed = hello.get("vm_size_kb", 0) // 1024 + _MIN_HEADROOM_MB
+                if memory_mb < needed:
+                    raise BoundaryError(
+                        f"Limits.memory_mb={memory_mb} is too small: a worker starts with "
+                        f"{needed - _MIN_HEADROOM_MB} MiB of address space; use at least {needed}"
+                    )
+            self._hello = hello
+            return hello
+
+    def live(self) -> int:
+        with self._lock:
+            return sum(1 for h in self._handles.values() if not h.dead)
+
+    def start(self, session: str, workspace: Path, *, restarted: bool) -> WorkerHandle:
+        """Fork a worker for `session`; it is ready once `await_ready` returns."""
+        self.hello()
+        with self._lock:
+            cap = self.max_workers
+            live = sum(1 for h in self._handles.values() if not h.dead)
+            if cap is not None and live + self._starting >= cap:
+                raise CapacityError(
+                    f"{cap} worker processes are live (max_workers={cap}); close a session with "
+                    "engine.close(session) or raise max_workers"
+                )
+            self._starting += 1
+        try:
+            workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
+            token = str(next(self._tokens))
+            host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            int_r, int_w = os.pipe()
+            for fd in (out_r, err_r):
+                os.set_blocking(fd, False)
+                if hasattr(fcntl, "F_SETPIPE_SZ"):  # room to batch output reads (Linux)
+                    with contextlib.suppress(OSError):
+                        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BUFFER_BYTES)
+            try:
+                self.zygote.spawn(
+                    token,
+                    {"session": session, "workspace": str(workspace), "restarted": restarted},
+                    [worker_end.fileno(), out_w, err_w, int_r],
+                )
+            except BaseException:
+                host_end.close()
+                for fd in (out_r, err_r, int_w):
+                    os.close(fd)
+                raise
+            finally:
+                worker_end.close()
+                for fd in (out_w, err_w, int_r):
+                    os.close(fd)
+            worker = WorkerHandle(token, host_end, out_r, err_r, int_w)
+            with self._lock:
+                self._handles[token] = worker
+        finally:
+            with self._lock:
+                self._starting -= 1
+        return worker
+
+    def await_ready(self, session: str, worker: WorkerHandle) -> None:
+        """Wait for the worker's READY; retire it and raise BoundaryError if it does not come."""
+        err = OutputSink(4000)
+        try:
+            reply = worker.wait(time.monotonic() + START_TIMEOUT_S, None, err)
+        except BaseException:
+            self.retire(worker, drain=(None, None))  # nothing in it yet worth keeping
+            raise
+        if isinstance(reply, tuple) and reply[0] == P.READY:
+            worker.pid = int(json.loads(reply[1])["pid"])
+            return
+        failure = self.zygote.spawn_failure(worker.token)
+        self.retire(worker, drain=(None, err))
+        detail = failure or err.finish()[0].strip() or "it exited during setup"
+        raise BoundaryError(f"the worker for session {session!r} could not start: {detail}")
+
+    def retire(self, worker: WorkerHandle, drain: tuple[OutputSink | None, OutputSink | None]) -> int | None:
+        """Kill the worker's group (harmless if it is gone), wait until it is reaped, close our ends.
+
+        Returns its exit code (negative: the signal), None if unknown."""
+        self.zygote.kill(worker.token)
+        code = self.zygote.wait_exit(worker.token, _EXIT_WAIT_S)
+        worker.drain(*drain, limit=1 << 22, until_eof_s=0.2)
+        worker.close()
+        with self._lock:
+            self._handles.pop(worker.token, None)
+        return code
+
+    def kill(self, worker: WorkerHandle) -> None:
+        """Kill the worker's group now, without waiting (a call waiting on it returns at once)."""
+        self.zygote.kill(worker.token)
+
+    def interrupt(self, worker: WorkerHandle) -> None:
+        """Stop the request the worker is serving (or will serve): its id into the worker's
+        interrupt pipe, then the zygote rings the bell (SIGUSR1). Ids make it exact: an interrupt
+        that arrives after its request finished is ignored, never applied to the next one."""
+        if worker.pending and worker.post_interrupt(worker.pending):
+            self.zygote.interrupt(worker.token)
+
+    def stop_zygote(self) -> None:
+        """The zygote kills every group it started, reaps them and exits; this waits for it, so no
+        worker outlives it."""
+        self.zygote.close()
+
+    def close_handles(self) -> None:
+        with self._lock:
+            for handle in self._handles.values():
+                handle.close()
+            self._handles.clear()
+
+    def shutdown(self) -> None:
+        """Everything at once, for a boundary dropped without close()."""
+        self.stop_zygote()
+        self.close_handles()
+
+    def _on_zygote_death(self) -> None:
+        """The zygote was killed from outside (it never exits on its own while the host lives).
+
+        Its workers died with it (parent-death signal), but what they started is now orphaned and
+        nobody kills their groups: do it from here. Each group id is a worker pid we were told; the
+        kernel does not reuse it while any member lives, and a dead, empty group is reused only
+        after the pid space wraps, so the window for hitting an unrelated group is negligible.
+        """
+        with self._lock:
+            pids = [h.pid for h in self._handles.values() if h.pid]
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
