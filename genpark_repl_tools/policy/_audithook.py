@@ -48,6 +48,7 @@ MARK = "__repl_sandbox__"
 
 # The runtime's requests to the hook. Accepted only when no sandboxed code is on the stack.
 _ACTIVATE = "genpark_repl.sandbox.activate"
+_PROBE = "genpark_repl.sandbox.installed"
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | getattr(os, "O_EXCL", 0)
 
@@ -75,17 +76,18 @@ class SandboxState:
 
 
 _install_lock = threading.Lock()
-_installed: list[bool] = []  # a flag only for idempotence: installing twice would add a second hook
 
 
 def install() -> None:
-    """Add the process-wide hook once (idempotent, thread-safe)."""
-    if _installed:
-        return
+    """Add the process-wide hook once (idempotent, thread-safe).
+
+    Whether it is installed is asked of the hook itself: no module flag decides it.
+    """
     with _install_lock:
-        if not _installed:
+        answers: list[bool] = []
+        sys.audit(_PROBE, answers)
+        if not answers:
             sys.addaudithook(_build_hook())
-            _installed.append(True)
 
 
 def activate(
@@ -94,23 +96,25 @@ def activate(
     workspace: str | None,
     denied_attributes: Iterable[str],
     denied_prefixes: Iterable[str],
-) -> contextvars.Token[Any]:
+) -> list[contextvars.Token[Any]]:
     """Judge this context's events by these rules until `deactivate` (host code only).
 
     The hook refuses the request when sandboxed code is on the stack, so session code cannot
-    activate looser rules for itself.
+    activate looser rules for itself. Returns the hook's token (one per hook, should a second one
+    ever have been added).
     """
     install()
-    box: list[Any] = [policy, files, workspace, frozenset(denied_attributes), tuple(denied_prefixes)]
-    sys.audit(_ACTIVATE, box)
-    if len(box) != 6:
+    tokens: list[contextvars.Token[Any]] = []
+    spec = (policy, files, workspace, frozenset(denied_attributes), tuple(denied_prefixes))
+    sys.audit(_ACTIVATE, spec, tokens)
+    if not tokens:
         raise RuntimeError("the sandbox audit hook did not answer")  # installed, so it always answers
-    token: contextvars.Token[Any] = box[5]
-    return token
+    return tokens
 
 
-def deactivate(token: contextvars.Token[Any]) -> None:
-    token.var.reset(token)
+def deactivate(tokens: list[contextvars.Token[Any]]) -> None:
+    for token in reversed(tokens):
+        token.var.reset(token)
 
 
 # ---- paths ------------------------------------------------------------------------------------------
@@ -943,12 +947,10 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
     getframe = sys._getframe
 
     def on_activate(args: tuple[Any, ...], frame: FrameType) -> None:
-        box = args[0]
         if sandbox_rules(frame) is not None:
             raise PolicyViolation("activating sandbox rules from sandboxed code is not allowed")
-        if not (isinstance(box, list) and len(box) == 5):
-            raise ValueError("malformed sandbox activation")
-        policy, files, workspace, denied, prefixes = box
+        spec, tokens = args
+        policy, files, workspace, denied, prefixes = spec
         key = (
             str(policy),
             bool(files),
@@ -962,13 +964,15 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 rules = rules_made[key] = _Rules(key)
                 made_ids.add(id(rules))
         ever[0] = True
-        box.append(active.set(rules))
+        tokens.append(active.set(rules))
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         handler = lookup(event)
         if handler is None:
             if event == _ACTIVATE:
                 on_activate(args, getframe(0).f_back)  # type: ignore[arg-type]
+            elif event == _PROBE:
+                args[0].append(True)
             return
         if event == "object.__getattr__" and args[1] in ("f_code", "gi_code"):
             return  # code objects are harmless to read; the hook reads f_code itself

@@ -1,0 +1,71 @@
+"""Nothing the hook decides depends on who the caller says it is.
+
+Session code chooses what its frames' globals say (`type(..., {'__module__': ...})` makes dataclasses
+generate methods in any module's globals). The hook recognises the import machinery and sandboxed
+code by the identity of their code objects instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from _security import ok, refusal, run
+
+from genpark_repl_tools import ReplEngine
+
+# issue 22: generated methods run with importlib's globals and call back into the session.
+FORGED_IMPORTLIB = """import dataclasses, typing
+class H:
+    x: '(i for i in ()).throw(LookupError(__import__("builtins").__dict__))'
+class Base:
+    def __post_init__(self):
+        typing.get_type_hints(H)
+A = dataclasses.dataclass(type('A', (Base,), {'__module__': 'importlib._bootstrap'}))
+A()
+"""
+# A C-level reader called straight from a generated method whose globals say 'importlib._bootstrap'.
+FORGED_READER = """import dataclasses, functools
+import numpy as np
+@dataclasses.dataclass
+class Base:
+    f: object = dataclasses.field(
+        default_factory=functools.partial(np.fromfile, '/etc/hostname', dtype=np.uint8))
+A = dataclasses.dataclass(type('A', (Base,), {'__module__': 'importlib._bootstrap_external'}))
+bytes(A().f)
+"""
+PLAIN_TYPE = """import dataclasses
+Point = dataclasses.dataclass(type('Point', (), {'__module__': 'geometry', '__doc__': 'a point'}))
+Child = type('Child', (Point,), {'__qualname__': 'Child'})
+(Point(), Child(), Point.__doc__)
+"""
+
+
+@pytest.mark.parametrize("module", ["importlib._bootstrap", "importlib._bootstrap_external", "zipimport"])
+def test_a_class_claiming_to_be_the_import_machinery_gets_no_exec(engine: ReplEngine, module: str) -> None:
+    code = FORGED_IMPORTLIB.replace("importlib._bootstrap", module)
+    message = refusal(run(engine, code))
+    assert message.startswith("running code built at run time"), message
+
+
+def test_a_forged_module_name_opens_no_file(engine: ReplEngine) -> None:
+    if engine.policy.name == "strict":
+        assert refusal(run(engine, FORGED_READER)).startswith("import of 'numpy' is not allowed")
+        return
+    pytest.importorskip("numpy")
+    assert refusal(run(engine, FORGED_READER)).startswith("opening '/etc/hostname' is not allowed")
+
+
+def test_type_with_ordinary_namespaces_still_works(engine: ReplEngine) -> None:
+    assert ok(run(engine, PLAIN_TYPE)).value == "(Point(), Child(), 'a point')"
+
+
+def test_imports_still_work_after_a_forged_name(engine: ReplEngine) -> None:
+    # The import machinery is recognised by its code objects: real imports are unaffected.
+    run(engine, FORGED_IMPORTLIB)
+    for name in ("colorsys", "graphlib"):
+        __import__("sys").modules.pop(name, None)
+    assert (
+        ok(run(engine, "import colorsys, graphlib\ncolorsys.rgb_to_hls(0, 0, 0)")).value == "(0.0, 0.0, 0.0)"
+    )
+    assert importlib.import_module("colorsys").rgb_to_hls(0, 0, 0) == (0.0, 0.0, 0.0)

@@ -1,0 +1,122 @@
+"""Defense in depth: code that somehow holds the real builtins still cannot switch the hook off.
+
+The back door below is test-only: it puts the host's real builtins dict into a session's namespace,
+as if an escape from the first layers had happened. With it, code tries every switch it could find
+(module state of the policy, the execution's context, the session's builtins, the hook's own
+activation request, the collector, frames) and then opens a file outside the workspace, spawns a
+process and connects a socket.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _security import ok
+
+from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools.policy import _audithook, _restricted
+
+ATTACK = """
+outcomes = {}
+def attempt(label, fn):
+    try:
+        fn()
+        outcomes[label] = 'allowed'
+    except PermissionError:
+        outcomes[label] = 'refused'
+    except Exception as e:
+        outcomes[label] = 'failed: ' + type(e).__name__
+imp = bi['__import__']
+getattr_ = bi['getattr']
+os = imp('os')
+sys = imp('sys')
+socket = imp('socket')
+subprocess = imp('subprocess')
+contextvars = imp('contextvars')
+def escapes(tag):
+    attempt(tag + ' open', lambda: bi['open']('/etc/hostname').read())
+    attempt(tag + ' system', lambda: os.system('touch ' + MARKER))
+    attempt(tag + ' popen', lambda: subprocess.run(['touch', MARKER]))
+    attempt(tag + ' socket', lambda: socket.create_connection(('127.0.0.1', 9), timeout=0.1))
+escapes('direct')
+# Switches a former design had: module state of the policy, cleared or flipped.
+for module in (imp('genpark_repl_tools.policy._audithook', None, None, ['x']),
+               imp('genpark_repl_tools.policy._restricted', None, None, ['x'])):
+    for name, value in list(bi['vars'](module).items()):
+        if bi['isinstance'](value, (bi['dict'], bi['list'], bi['set'])) and not name.startswith('__'):
+            value.clear()
+escapes('module state cleared')
+# The session's builtins table: the hook's former mark of sandboxed frames.
+table = bi['globals']()['__builtins__']
+del table['__repl_sandbox__']
+escapes('mark removed')
+# A fresh, empty context: no execution is active in it.
+attempt('empty context', lambda: contextvars.Context().run(lambda: bi['open']('/etc/hostname').read()))
+# The hook's own activation request, with permissive rules.
+attempt('activate', lambda: sys.audit('genpark_repl.sandbox.activate', ['x', True, '/', [], []]))
+# Routes to the hook's closure: the collector, frames, the frame of a refusal's traceback.
+attempt('gc', lambda: imp('gc').get_referrers(sys))
+attempt('getframe', lambda: getattr_(sys, '_getframe')(0))
+def traceback_frames():
+    try:
+        bi['open']('/etc/hostname')
+    except PermissionError as e:
+        return [f for f, _ in imp('traceback').walk_tb(getattr_(e, '__traceback__'))]
+attempt('traceback frames', traceback_frames)
+escapes('after all')
+outcomes
+"""
+
+
+@pytest.fixture
+def restore_policy_modules() -> Iterator[None]:
+    saved: list[tuple[Any, Any]] = []
+    for module in (_audithook, _restricted):
+        for name, value in vars(module).items():
+            if type(value) in (dict, list, set) and not name.startswith("__"):
+                saved.append((value, value.copy()))
+    yield
+    for container, copy in saved:
+        refill = container.extend if type(container) is list else container.update
+        container.clear()
+        refill(copy)
+
+
+def test_real_builtins_cannot_switch_the_hook_off(
+    tmp_path: Any, restore_policy_modules: None, request: pytest.FixtureRequest
+) -> None:
+    marker = tmp_path / "spawned"
+    for policy in ("strict", "standard"):
+        with ReplEngine(policy=policy, limits=Limits(timeout_s=10)) as engine:
+            ok(engine.run("x = 1", session="attacker"))
+            namespace = engine.boundary._sessions["attacker"].namespace  # type: ignore[attr-defined]
+            namespace["bi"] = builtins.__dict__  # the test-only back door
+            namespace["MARKER"] = str(marker)
+            result = ok(engine.run(ATTACK, session="attacker"))
+            outcomes = eval(result.value or "{}")  # a dict of str -> str, printed by the engine
+        escapes = {k: v for k, v in outcomes.items() if k != "activate"}
+        assert set(escapes.values()) == {"refused"}, (policy, outcomes)
+        # The activation request is refused too (its exception is a PolicyViolation).
+        assert outcomes["activate"] == "refused", outcomes
+        assert not marker.exists()
+        assert "hostname" not in result.stdout
+
+
+def test_the_session_may_still_use_its_workspace_with_real_builtins(tmp_path: Any) -> None:
+    from genpark_repl_tools import Policy
+
+    with ReplEngine(policy=Policy.standard().with_workspace(tmp_path)) as engine:
+        ok(engine.run("x = 1", session="s"))
+        engine.boundary._sessions["s"].namespace["bi"] = builtins.__dict__  # type: ignore[attr-defined]
+        path = os.path.join(str(tmp_path), "note.txt")
+        code = (
+            f"with bi['open']({path!r}, 'w') as f:\n    f.write('hi')\n"
+            f"with bi['open']({path!r}) as f:\n    text = f.read()\ntext"
+        )
+        assert ok(engine.run(code, session="s")).value == "'hi'"
+    assert sys.modules["genpark_repl_tools.policy._audithook"] is _audithook
