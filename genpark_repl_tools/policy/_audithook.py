@@ -103,10 +103,12 @@ def activate(
     activate looser rules for itself. Returns the hook's token (one per hook, should a second one
     ever have been added).
     """
-    install()
     tokens: list[contextvars.Token[Any]] = []
     spec = (policy, files, workspace, frozenset(denied_attributes), tuple(denied_prefixes))
     sys.audit(_ACTIVATE, spec, tokens)
+    if not tokens:  # the first activation in this process
+        install()
+        sys.audit(_ACTIVATE, spec, tokens)
     if not tokens:
         raise RuntimeError("the sandbox audit hook did not answer")  # installed, so it always answers
     return tokens
@@ -289,14 +291,17 @@ _TYPE_NODES += (ast.Tuple, ast.List, ast.Constant, ast.BinOp, ast.BitOr, ast.Loa
 
 
 def _parse(source: Any) -> ast.AST | None:
-    if isinstance(source, ast.AST):
-        return source
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        source = bytes(source).decode("utf-8", "replace")
-    if not isinstance(source, str):
+    """`source` (text, bytes) parsed; None for anything else. Syntax trees handed to compile() by
+    sandboxed code are not judged: their nodes could be objects of any class."""
+    kind = type(source)
+    if kind is bytes or kind is bytearray:
+        text = bytes(source).decode("utf-8", "replace")
+    elif issubclass(kind, str):
+        text = str.__str__(source)
+    else:
         return None
     try:
-        return ast.parse(str.__str__(source))
+        return ast.parse(text)
     except (SyntaxError, ValueError):
         return None
 
@@ -510,6 +515,12 @@ def _code_refusal(code: CodeType, rules: _Rules) -> tuple[str | None, frozenset[
 # ---- the hook -----------------------------------------------------------------------------------------
 
 
+_TYPE_NAME = type.__dict__["__name__"]  # a class's name without asking its metaclass
+# An identity key for objects: what id() gives, without the "builtins.id" audit event id() raises
+# (the hook would be called again for each frame it looks at).
+_key: Callable[[object], int] = object.__hash__
+
+
 def _importlib_codes() -> tuple[frozenset[int], CodeType]:
     """Code objects of the import machinery (held alive by their modules) and of _find_and_load."""
     import zipimport
@@ -522,7 +533,7 @@ def _importlib_codes() -> tuple[frozenset[int], CodeType]:
         for raw in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
             code = getattr(raw, "__code__", None)
             if isinstance(code, CodeType):
-                found.update(id(c) for c in _codes(code))
+                found.update(_key(c) for c in _codes(code))
 
     for module in (bootstrap, external, zipimport):
         for value in vars(module).values():
@@ -569,10 +580,14 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
     evaluate = _forward_ref_evaluate()
     real_builtins = (sys.modules["builtins"], vars(sys.modules["builtins"]))
 
-    active: contextvars.ContextVar[_Rules | None] = contextvars.ContextVar("genpark_sandbox", default=None)
+    # (rules, the frame that activated them): no sandboxed code was above that frame when it did.
+    active: contextvars.ContextVar[tuple[_Rules, FrameType] | None] = contextvars.ContextVar(
+        "genpark_sandbox", default=None
+    )
     rules_made: dict[tuple[Any, ...], _Rules] = {}  # every _Rules the hook made, by value
     made_ids: set[int] = set()  # their ids (they are held by rules_made, so ids are not reused)
-    sandboxed: dict[int, tuple[Any, _Rules]] = {}  # id(code) -> (weakref to it, its rules)
+    sandboxed: dict[int, tuple[Any, _Rules]] = {}  # _key(code) -> (weakref to it, its rules)
+    key_of = _key
     lock = threading.Lock()
     ever = [False]  # rebinding a list item: set once, never reset
     sweep_at = [1024]
@@ -581,7 +596,7 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
     # ---- frames --------------------------------------------------------------------------------------
 
     def entry_of(code: CodeType) -> _Rules | None:
-        entry = sandboxed.get(id(code))
+        entry = sandboxed.get(key_of(code))
         if entry is None or entry[0]() is not code:  # a dead entry whose id was reused
             return None
         return entry[1]
@@ -590,7 +605,7 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
         """The rules of the innermost frame of sandboxed code on the stack, or None."""
         while frame is not None:
             code = frame.f_code
-            if id(code) in sandboxed:
+            if key_of(code) in sandboxed:
                 found = entry_of(code)
                 if found is not None:
                     return found
@@ -600,13 +615,24 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
     def is_sandboxed(frame: FrameType) -> bool:
         return entry_of(frame.f_code) is not None
 
+    def host_direct(frame: FrameType | None) -> bool:
+        """No sandboxed code on the stack: walked up to the frame that activated the execution (the
+        stack above it was checked then), or to the bottom."""
+        record = active.get()
+        stop = record[1] if record is not None else None
+        while frame is not None and frame is not stop:
+            if entry_of(frame.f_code) is not None:
+                return False
+            frame = frame.f_back
+        return True
+
     def importing(frame: FrameType | None, *, machinery_only: bool) -> bool:
         """An import is running below `frame` with no sandboxed code (or, strictly, only importlib)."""
         while frame is not None:
             code = frame.f_code
             if code is find_and_load:
                 return True
-            if entry_of(code) is not None or (machinery_only and id(code) not in importlib_codes):
+            if entry_of(code) is not None or (machinery_only and key_of(code) not in importlib_codes):
                 return False
             frame = frame.f_back
         return False
@@ -619,7 +645,7 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
                     del sandboxed[key]
                 sweep_at[0] = max(1024, 2 * len(sandboxed))
             for current in _codes(code):
-                key = id(current)
+                key = key_of(current)
                 entry = sandboxed.get(key)
                 if entry is None or entry[0]() is not current:
                     sandboxed[key] = (weakref.ref(current), rules)
@@ -641,18 +667,20 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
     # ---- paths ---------------------------------------------------------------------------------------
 
     def resolve(rules: _Rules, raw: Any, what: str) -> str:
-        if isinstance(raw, int):
-            raise rules.refuse(f"{what} by file descriptor", "use a path inside the workspace")
+        # Only exact types and the types' own C-level methods: no code of the argument's class runs.
         kind = type(raw)
+        if issubclass(kind, int):
+            raise rules.refuse(f"{what} by file descriptor", "use a path inside the workspace")
         path: str
-        if isinstance(raw, str):
+        if issubclass(kind, str):
             path = str.__str__(raw)
-        elif isinstance(raw, bytes):
+        elif issubclass(kind, bytes):
             path = os.fsdecode(bytes.__getitem__(raw, slice(None)))
-        elif kind in path_types:
+        elif any(kind is t for t in path_types):
             path = os.fsdecode(os.fspath(raw))
         else:
-            raise rules.refuse(f"{what} a {kind.__name__} path", "pass a str or a pathlib path")
+            name = _TYPE_NAME.__get__(kind)
+            raise rules.refuse(f"{what} a {name} path", "pass a str or a pathlib path")
         return os.path.realpath(path)
 
     def check_path(rules: _Rules, raw: Any, frame: FrameType, *, write: bool, what: str) -> None:
@@ -679,29 +707,32 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
 
     def on_open(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
         path, mode, flags = (*args, None, None, None)[:3]
-        if isinstance(flags, int):
+        # Event arguments may come from sys.audit() with objects of any class: only exact types are
+        # looked at, so no code of theirs runs inside the hook.
+        if type(flags) is int:
             write = bool(flags & _WRITE_FLAGS)
         else:
-            write = isinstance(mode, str) and any(c in mode for c in "wax+")
-        if id(frame.f_code) in importlib_codes and importing(frame, machinery_only=True):
+            write = type(mode) is not str or any(c in mode for c in "wax+")
+        if key_of(frame.f_code) in importlib_codes and importing(frame, machinery_only=True):
             if write:  # bytecode caches; the import machinery handles the refusal as an OSError
                 raise rules.refuse("writing bytecode caches")
-            if not isinstance(path, int):
+            if not issubclass(type(path), int):
                 return
         check_path(rules, path, frame, write=write, what="writing to" if write else "opening")
 
     def on_listdir(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
-        if id(frame.f_code) in importlib_codes and importing(frame, machinery_only=True):
+        if key_of(frame.f_code) in importlib_codes and importing(frame, machinery_only=True):
             return
         path = args[0] if args and args[0] is not None else "."
         check_path(rules, path, frame, write=False, what="listing directory")
 
     def on_write(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
-        if id(frame.f_code) in importlib_codes:
+        if key_of(frame.f_code) in importlib_codes:
             raise rules.refuse("writing bytecode caches")
         paths, fds = _WRITE_EVENTS[event]
         for i in fds:
-            if i < len(args) and args[i] not in (None, -1):  # -1: no dir_fd given
+            given = args[i] if i < len(args) else None
+            if given is not None and not (type(given) is int and given == -1):  # -1: no dir_fd given
                 raise rules.refuse(
                     f"{event} relative to a directory descriptor", "use a path inside the workspace"
                 )
@@ -724,12 +755,16 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
 
     def on_exec(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
         code = args[0] if args else None
-        if not isinstance(code, CodeType):
+        if type(code) is not CodeType:
             raise rules.refuse(_EXEC_REFUSED)
-        if sandbox_rules(frame) is None:
+        entry = sandboxed.get(key_of(code))
+        if entry is not None and entry[1] is rules and entry[0]() is code:
+            return  # the session's own code again (a cached cell): its frames are judged as the session's
+        if host_direct(frame):
             # Host code executing a code object during an execution: the runner running its cell
             # (strings are judged when they are compiled). Its frames are the session's from now on.
-            if active.get() is rules:
+            record = active.get()
+            if record is not None and record[0] is rules:
                 register(code, rules)
             return
         if code.co_name == "<module>" and importing(frame, machinery_only=False):
@@ -750,7 +785,7 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
         if evaluate is None or frame.f_code is not evaluate:
             return f"it reads the global names {sorted(names)}"
         namespace = frame.f_locals.get("globalns")
-        table = namespace.get("__builtins__") if isinstance(namespace, dict) else None
+        table = dict.get(namespace, "__builtins__") if type(namespace) is dict else None
         if table is None or any(table is b for b in real_builtins):
             return (
                 "a string annotation would be evaluated in a module of the host; write annotations "
@@ -770,7 +805,7 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
         if is_sandboxed(frame):
             raise rules.refuse("reading interpreter frames")
         given = args[0] if args else None
-        if not isinstance(given, FrameType) or is_sandboxed(given):
+        if type(given) is not FrameType or is_sandboxed(given):
             return
         # A library asks for a frame for the session: only frames between it and the session's code.
         current: FrameType | None = frame
@@ -784,12 +819,12 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
             raise rules.refuse("reading the host's frames (a frame depth beyond your own code)")
 
     def on_getattr(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
-        name = args[1] if len(args) > 1 else None
+        name = args[1] if len(args) > 1 and type(args[1]) is str else "?"
         if is_sandboxed(frame) or (name in _FRAME_ATTRIBUTES and sandbox_rules(frame) is not None):
             raise rules.refuse(f"reading internal attribute '{name}'")
 
     def on_setattr(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
-        name = args[1] if len(args) > 1 else None
+        name = args[1] if len(args) > 1 and type(args[1]) is str else "?"
         if is_sandboxed(frame) or (name == "__code__" and sandbox_rules(frame) is not None):
             verb = "setting" if event == "object.__setattr__" else "deleting"
             raise rules.refuse(f"{verb} internal attribute '{name}'")
@@ -947,8 +982,10 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
     getframe = sys._getframe
 
     def on_activate(args: tuple[Any, ...], frame: FrameType) -> None:
-        if sandbox_rules(frame) is not None:
+        if not host_direct(frame):
             raise PolicyViolation("activating sandbox rules from sandboxed code is not allowed")
+        if len(args) != 2:
+            raise ValueError("malformed sandbox activation")
         spec, tokens = args
         policy, files, workspace, denied, prefixes = spec
         key = (
@@ -962,25 +999,39 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
             rules = rules_made.get(key)
             if rules is None:
                 rules = rules_made[key] = _Rules(key)
-                made_ids.add(id(rules))
+                made_ids.add(key_of(rules))
         ever[0] = True
-        tokens.append(active.set(rules))
+        tokens.append(active.set((rules, frame)))
+
+    def probe(args: tuple[Any, ...], frame: FrameType) -> None:
+        if len(args) == 1 and type(args[0]) is list:
+            list.append(args[0], True)  # "a hook is installed"
+
+    commands = {_key(on_activate): on_activate, _key(probe): probe}
+    handlers[_ACTIVATE] = on_activate
+    handlers[_PROBE] = probe
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         handler = lookup(event)
         if handler is None:
-            if event == _ACTIVATE:
-                on_activate(args, getframe(0).f_back)  # type: ignore[arg-type]
-            elif event == _PROBE:
-                args[0].append(True)
             return
-        if event == "object.__getattr__" and args[1] in ("f_code", "gi_code"):
-            return  # code objects are harmless to read; the hook reads f_code itself
-        if event == "sys._getframe" and args and args[0].f_code is own_code:
+        # Arguments may come from sys.audit() with objects of any class: the hook looks only at exact
+        # types, so none of their code runs while its frame (and its state) is on the stack.
+        if event == "object.__getattr__":
+            if len(args) > 1 and type(args[1]) is str and args[1] in ("f_code", "gi_code"):
+                return  # code objects are harmless to read; the hook reads f_code itself
+        elif event == "sys._getframe" and args and type(args[0]) is FrameType and args[0].f_code is own_code:
             return  # the hook looking at its own frame
+        record = active.get()
+        command = commands.get(_key(handler))
+        if record is None and not ever[0] and command is None:
+            return  # no restricted code ever ran in this process
         frame: FrameType = getframe(0).f_back  # type: ignore[assignment]
-        rules = active.get()
-        if rules is not None and id(rules) not in made_ids:
+        if command is not None:
+            command(args, frame)
+            return
+        rules = None if record is None else record[0]
+        if rules is not None and key_of(rules) not in made_ids:
             rules = _Rules(("unknown", False, None, frozenset(), ()))  # not made here: deny everything
         if rules is None:
             if not ever[0]:
@@ -990,7 +1041,7 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 return
         if event == "compile" and frame.f_code is parse_code:
             return  # ast.parse only builds a tree; compiling that tree is judged again
-        if event == "compile" and isinstance(args[0], ast.AST) and sandbox_rules(frame) is None:
+        if event == "compile" and isinstance(args[0], ast.AST) and host_direct(frame):
             return  # the host compiling a tree of its own (the runner's cells)
         try:
             handler(rules, event, args, frame)

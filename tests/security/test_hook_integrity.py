@@ -58,7 +58,8 @@ escapes('mark removed')
 # A fresh, empty context: no execution is active in it.
 attempt('empty context', lambda: contextvars.Context().run(lambda: bi['open']('/etc/hostname').read()))
 # The hook's own activation request, with permissive rules.
-attempt('activate', lambda: sys.audit('genpark_repl.sandbox.activate', ['x', True, '/', [], []]))
+permissive = ('x', True, '/', bi['frozenset'](), ())
+attempt('activate', lambda: sys.audit('genpark_repl.sandbox.activate', permissive, []))
 # Routes to the hook's closure: the collector, frames, the frame of a refusal's traceback.
 attempt('gc', lambda: imp('gc').get_referrers(sys))
 attempt('getframe', lambda: getattr_(sys, '_getframe')(0))
