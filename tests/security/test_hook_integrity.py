@@ -69,6 +69,29 @@ def traceback_frames():
     except PermissionError as e:
         return [f for f, _ in imp('traceback').walk_tb(getattr_(e, '__traceback__'))]
 attempt('traceback frames', traceback_frames)
+# Event arguments of classes whose methods would run inside the hook, next to its state.
+touched = []
+class Sneaky(str):
+    def __eq__(self, other):
+        touched.append('eq')
+        return False
+    def __hash__(self):
+        touched.append('hash')
+        return 0
+    def __contains__(self, item):
+        touched.append('contains')
+        return False
+class SneakyList(list):
+    def append(self, item):
+        touched.append('append')
+for event, args in (('object.__getattr__', (1, Sneaky('f_code'))), ('open', ('/x', Sneaky('r'), None)),
+                    ('genpark_repl.sandbox.installed', (SneakyList(),)),
+                    ('object.__setattr__', (1, Sneaky('__code__'), 1))):
+    try:
+        sys.audit(event, *args)
+    except PermissionError:
+        pass
+outcomes['hostile arguments'] = 'refused' if not touched else 'touched ' + ','.join(touched)
 escapes('after all')
 outcomes
 """
