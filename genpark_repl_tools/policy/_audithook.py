@@ -693,15 +693,18 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 return  # libraries read their own data (fonts, time zones, config) even from C code
             if importing(frame, machinery_only=False):
                 return  # a library initializing its cache (matplotlib's font list) while it is imported
-        if not rules.files:
-            raise rules.refuse(f"{what} '{path}'", "this policy has no file access")
-        instead = f"files are allowed only inside the workspace '{rules.workspace}'"
+        # The message names the path as given (normalized), never where its links lead: a refusal
+        # must not answer the question "where does /proc/self/cwd point?".
         given = plain_path(raw)
+        shown = os.path.normpath(given) if given is not None and os.path.isabs(given) else (given or path)
+        if not rules.files:
+            raise rules.refuse(f"{what} '{shown}'", "this policy has no file access")
+        instead = f"files are allowed only inside the workspace '{rules.workspace}'"
         if given is not None and not os.path.isabs(given) and workspace is not None:
             suggestion = os.path.join(workspace, given)
             instead += "; relative paths given to libraries resolve against the host's directory"
             instead += f", use '{suggestion}'"
-        raise rules.refuse(f"{what} '{path}'", instead)
+        raise rules.refuse(f"{what} '{shown}'", instead)
 
     # ---- handlers: (rules, event, args, caller frame) ------------------------------------------------
 
