@@ -155,8 +155,11 @@ def _path_types() -> frozenset[type]:
     import pathlib
     import posix
 
+    from ._paths import SessionPath
+
     return frozenset(
         {
+            SessionPath,
             pathlib.PurePath,
             pathlib.PurePosixPath,
             pathlib.PureWindowsPath,

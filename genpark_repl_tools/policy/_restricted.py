@@ -14,7 +14,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from .._models import AuditFinding
-from . import _audithook
+from . import _audithook, _paths
 from ._audit import audit
 from ._audithook import SandboxState
 from ._errors import PolicyViolation
@@ -93,10 +93,12 @@ class RestrictedRuntime:
             self.policy.name, self.policy.files, workspace, rules.denied_attrs, rules.denied_prefixes
         )
         execution = Execution()
-        return (hook_token, current_execution.set(execution), execution)
+        paths_token = _paths.enter(self.policy.name, workspace)
+        return (hook_token, current_execution.set(execution), execution, paths_token)
 
     def exit(self, token: Any) -> None:
-        hook_token, execution_token, execution = token
+        hook_token, execution_token, execution, paths_token = token
+        _paths.exit(paths_token)
         _audithook.deactivate(hook_token)
         current_execution.reset(execution_token)
         execution.restore()

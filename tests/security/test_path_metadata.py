@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from _security import ok, refusal, run
 
 from genpark_repl_tools import Policy, ReplEngine
-from genpark_repl_tools.policy import PolicyViolation
-from genpark_repl_tools.policy._paths import session_path_classes
+from genpark_repl_tools.policy import PolicyViolation, _paths
+from genpark_repl_tools.policy._paths import SessionPath
 
 OUTSIDE = {
     "stat": "pathlib.Path('/etc/passwd').stat().st_size",
@@ -34,17 +35,17 @@ HOST_DIRECTORIES = (
 )
 
 
-def _refuse(what: str, instead: str) -> PolicyViolation:
-    return PolicyViolation(f"{what} is not allowed under policy 'test'; {instead}")
-
-
 @pytest.fixture
-def path_class(tmp_path: pathlib.Path) -> Any:
+def path_class(tmp_path: pathlib.Path) -> Iterator[tuple[type[SessionPath], pathlib.Path]]:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "data.csv").write_text("a,b\n")
     os.symlink("/etc/passwd", workspace / "link")
-    return session_path_classes(lambda: str(workspace), _refuse)[pathlib.Path], workspace
+    token = _paths.enter("standard", str(workspace))
+    try:
+        yield SessionPath, workspace
+    finally:
+        _paths.exit(token)
 
 
 @pytest.mark.parametrize("method", ["stat", "lstat", "exists", "is_file", "owner", "group", "resolve"])
@@ -68,6 +69,11 @@ def test_links_and_relative_paths_are_judged_by_where_they_lead(path_class: Any)
     assert cls("missing.txt").exists() is False
     assert cls.cwd() == cls.home() == cls("~").expanduser() == cls(os.path.realpath(workspace))
     assert cls("data.csv").resolve() == cls(os.path.realpath(workspace / "data.csv"))
+
+
+def test_outside_an_execution_nothing_is_answered() -> None:
+    with pytest.raises(PolicyViolation, match=r"^reading file metadata is not allowed"):
+        SessionPath("/etc/passwd").exists()
 
 
 @pytest.mark.xfail(
