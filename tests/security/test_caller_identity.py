@@ -69,3 +69,27 @@ def test_imports_still_work_after_a_forged_name(engine: ReplEngine) -> None:
         ok(run(engine, "import colorsys, graphlib\ncolorsys.rgb_to_hls(0, 0, 0)")).value == "(0.0, 0.0, 0.0)"
     )
     assert importlib.import_module("colorsys").rgb_to_hls(0, 0, 0) == (0.0, 0.0, 0.0)
+
+
+# issue 22: pandas resolves names in the frame `level` steps up: beyond the cell, the host's frames.
+STACK_WALK = "import pandas as pd\npd.eval('limits', level={level})"
+OWN_VARIABLES = (
+    "import pandas as pd\na = 1\nb = 2\ndf = pd.DataFrame({'x': [1, 5, 7]})\nt = 2\n"
+    "(int(pd.eval('a + b')), len(df.query('x > @t')))"
+)
+
+
+@pytest.mark.parametrize("level", [2, 4, 6, 9])
+def test_stack_walking_apis_see_only_the_sessions_frames(engine: ReplEngine, level: int) -> None:
+    message = refusal(run(engine, STACK_WALK.format(level=level)))
+    if engine.policy.name == "strict":
+        assert message.startswith("import of 'pandas' is not allowed")
+        return
+    assert message.startswith("reading the host's frames (a frame depth beyond your own code)"), message
+
+
+def test_pandas_expressions_on_the_sessions_own_variables_still_work(engine: ReplEngine) -> None:
+    if engine.policy.name == "strict":
+        pytest.skip("pandas is not allowed under strict")
+    pytest.importorskip("pandas")
+    assert ok(run(engine, OWN_VARIABLES)).value == "(3, 2)"
