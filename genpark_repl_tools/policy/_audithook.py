@@ -1007,7 +1007,12 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 rules = rules_made[key] = _Rules(key)
                 made_ids.add(key_of(rules))
         ever[0] = True
-        tokens.append(active.set((rules, frame)))
+        # The frame the execution runs under (the runtime's caller): it stays on the stack while the
+        # execution runs, and the walks of host_direct() stop there.
+        anchor = frame
+        for _ in range(2):  # activate() <- the runtime's enter() <- its caller
+            anchor = anchor.f_back or anchor
+        tokens.append(active.set((rules, anchor)))
 
     def probe(args: tuple[Any, ...], frame: FrameType) -> None:
         if len(args) == 1 and type(args[0]) is list:
