@@ -90,21 +90,25 @@ def install() -> None:
             sys.addaudithook(_build_hook())
 
 
-def activate(
+def rules_spec(
     policy: str,
     files: bool,
     workspace: str | None,
     denied_attributes: Iterable[str],
     denied_prefixes: Iterable[str],
-) -> list[contextvars.Token[Any]]:
-    """Judge this context's events by these rules until `deactivate` (host code only).
+) -> tuple[Any, ...]:
+    """What `activate` takes: build it once per runtime (the hook remembers it by identity)."""
+    return (policy, files, workspace, frozenset(denied_attributes), tuple(denied_prefixes))
+
+
+def activate(spec: tuple[Any, ...]) -> list[contextvars.Token[Any]]:
+    """Judge this context's events by the rules `spec` describes until `deactivate` (host code only).
 
     The hook refuses the request when sandboxed code is on the stack, so session code cannot
     activate looser rules for itself. Returns the hook's token (one per hook, should a second one
     ever have been added).
     """
     tokens: list[contextvars.Token[Any]] = []
-    spec = (policy, files, workspace, frozenset(denied_attributes), tuple(denied_prefixes))
     sys.audit(_ACTIVATE, spec, tokens)
     if not tokens:  # the first activation in this process
         install()
@@ -588,7 +592,8 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
         "genpark_sandbox", default=None
     )
     rules_made: dict[tuple[Any, ...], _Rules] = {}  # every _Rules the hook made, by value
-    made_ids: set[int] = set()  # their ids (they are held by rules_made, so ids are not reused)
+    made_ids: set[int] = set()  # their identity keys (held by rules_made, so keys are not reused)
+    by_spec: dict[int, tuple[Any, _Rules]] = {}  # the runtimes' specs (held, so keys stay unique)
     sandboxed: dict[int, tuple[Any, _Rules]] = {}  # _key(code) -> (weakref to it, its rules)
     key_of = _key
     lock = threading.Lock()
@@ -993,19 +998,26 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
         if len(args) != 2:
             raise ValueError("malformed sandbox activation")
         spec, tokens = args
-        policy, files, workspace, denied, prefixes = spec
-        key = (
-            str(policy),
-            bool(files),
-            None if workspace is None else str(workspace),
-            frozenset(map(str, denied)),
-            tuple(map(str, prefixes)),
-        )
-        with lock:
-            rules = rules_made.get(key)
-            if rules is None:
-                rules = rules_made[key] = _Rules(key)
-                made_ids.add(key_of(rules))
+        known = by_spec.get(key_of(spec))
+        if known is not None and known[0] is spec:
+            rules = known[1]
+        else:
+            policy, files, workspace, denied, prefixes = spec
+            key = (
+                str(policy),
+                bool(files),
+                None if workspace is None else str(workspace),
+                frozenset(map(str, denied)),
+                tuple(map(str, prefixes)),
+            )
+            with lock:
+                made = rules_made.get(key)
+                if made is None:
+                    made = rules_made[key] = _Rules(key)
+                    made_ids.add(key_of(made))
+                rules = made
+                if type(spec) is tuple:  # immutable: its rules cannot change behind the hook's back
+                    by_spec[key_of(spec)] = (spec, rules)
         ever[0] = True
         # The frame the execution runs under (the runtime's caller): it stays on the stack while the
         # execution runs, and the walks of host_direct() stop there.

@@ -55,7 +55,7 @@ _Base: Any = type(pathlib.Path())
 
 def enter(policy: str, workspace: str | None) -> contextvars.Token[tuple[str, str | None] | None]:
     """For the runtime: path checks in this context use this policy's workspace until `exit`."""
-    return _current.set((policy, None if workspace is None else os.path.realpath(workspace)))
+    return _current.set((policy, workspace))  # resolved by the caller (the runtime resolves it once)
 
 
 def exit(token: contextvars.Token[tuple[str, str | None] | None]) -> None:

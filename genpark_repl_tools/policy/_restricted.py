@@ -47,6 +47,7 @@ class RestrictedRuntime:
         self._workspace: str | None = None
         self._workspace_lock = threading.Lock()
         self.state = SandboxState(policy.name, policy.files, self._resolve_workspace)
+        self._spec: tuple[Any, ...] | None = None
         # Before this runtime compiles anything: the hook approves the cells the host compiles.
         _audithook.install()
 
@@ -88,10 +89,12 @@ class RestrictedRuntime:
         # The workspace is resolved (and created) here, in the host's own context, before the hook
         # judges anything; the hook keeps its own copy of these rules.
         workspace = self.state.workspace if self.policy.files else None
-        rules = self.rules
-        hook_token = _audithook.activate(
-            self.policy.name, self.policy.files, workspace, rules.denied_attrs, rules.denied_prefixes
-        )
+        if self._spec is None:
+            rules = self.rules
+            self._spec = _audithook.rules_spec(
+                self.policy.name, self.policy.files, workspace, rules.denied_attrs, rules.denied_prefixes
+            )
+        hook_token = _audithook.activate(self._spec)
         execution = Execution()
         paths_token = _paths.enter(self.policy.name, workspace)
         return (hook_token, current_execution.set(execution), execution, paths_token)
