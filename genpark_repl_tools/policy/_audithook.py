@@ -578,9 +578,83 @@ _WRITE_EVENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 _READ_EVENTS = {"os.getxattr": (0,), "os.listxattr": (0,)}
 
 
+def _make_realpath() -> Callable[[str], str]:
+    """os.path.realpath from the C primitives, captured now: patching `os`, `posixpath` or `stat`
+    later does not change what the hook believes a path is."""
+    import _stat
+    import posix
+
+    lstat, readlink, getcwd, is_link = posix.lstat, posix.readlink, posix.getcwd, _stat.S_ISLNK
+
+    def realpath(path: str) -> str:
+        if not path.startswith("/"):
+            path = getcwd() + "/" + path
+        pending = path.split("/")
+        pending.reverse()
+        resolved = ""
+        links = 0
+        while pending:
+            name = pending.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                resolved = resolved.rpartition("/")[0]
+                continue
+            candidate = resolved + "/" + name
+            try:
+                mode = lstat(candidate).st_mode
+            except OSError:
+                resolved = candidate  # does not exist (yet): taken literally, as realpath() does
+                continue
+            if not is_link(mode):
+                resolved = candidate
+                continue
+            links += 1
+            if links > 40:  # a loop: whatever it is, it is not a path inside anything
+                return "/\x00link-loop"
+            target = readlink(candidate)
+            if target.startswith("/"):
+                resolved = ""
+            parts = target.split("/")
+            parts.reverse()
+            pending.extend(parts)
+        return resolved or "/"
+
+    return realpath
+
+
 def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
-    """The hook function. Everything it decides by is a local of this call, reachable only from it."""
+    """The hook function. Everything it decides by is a local of this call, reachable only from it.
+
+    Its functions are created with a private copy of the builtins, and the path checks use only
+    primitives captured here: code that patches `builtins`, `os.path` or this module's globals later
+    does not change how the hook judges files, processes and network.
+    """
+    module_globals = globals()
+    shared_builtins = module_globals["__builtins__"]
+    module_globals["__builtins__"] = dict(vars(sys.modules["builtins"]))
+    try:
+        return _define_hook()
+    finally:
+        module_globals["__builtins__"] = shared_builtins
+
+
+def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
+    # Nested functions take their builtins from the module globals at the moment they are created:
+    # _build_hook() has put a private copy there.
     roots = _data_roots()
+    realpath = _make_realpath()
+    fspath = os.fspath
+    encoding = sys.getfilesystemencoding()
+    write_events = dict(_WRITE_EVENTS)
+    read_events = dict(_READ_EVENTS)
+
+    def inside(path: str, root: str) -> bool:
+        return path == root or path.startswith(root.rstrip("/") + "/")
+
+    def decode(raw: bytes) -> str:
+        return bytes.decode(raw, encoding, "surrogateescape")
+
     path_types = _path_types()
     importlib_codes, find_and_load = _importlib_codes()
     parse_code = ast.parse.__code__
@@ -674,8 +748,9 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
 
     # ---- paths ---------------------------------------------------------------------------------------
 
-    def resolve(rules: _Rules, raw: Any, what: str) -> str:
-        # Only exact types and the types' own C-level methods: no code of the argument's class runs.
+    def resolve(rules: _Rules, raw: Any, what: str) -> tuple[str, str]:
+        """(the path as given, as a str; where it leads). Only exact types and the types' own
+        C-level methods are used: no code of the argument's class runs."""
         kind = type(raw)
         if issubclass(kind, int):
             raise rules.refuse(f"{what} by file descriptor", "use a path inside the workspace")
@@ -683,32 +758,33 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
         if issubclass(kind, str):
             path = str.__str__(raw)
         elif issubclass(kind, bytes):
-            path = os.fsdecode(bytes.__getitem__(raw, slice(None)))
+            path = decode(bytes.__getitem__(raw, slice(None)))
         elif any(kind is t for t in path_types):
-            path = os.fsdecode(os.fspath(raw))
+            given = fspath(raw)
+            path = given if type(given) is str else decode(given)
         else:
             name = _TYPE_NAME.__get__(kind)
             raise rules.refuse(f"{what} a {name} path", "pass a str or a pathlib path")
-        return os.path.realpath(path)
+        return path, realpath(path)
 
     def check_path(rules: _Rules, raw: Any, frame: FrameType, *, write: bool, what: str) -> None:
-        path = resolve(rules, raw, what)
+        given, path = resolve(rules, raw, what)
         workspace = rules[2]
-        if rules.files and workspace is not None and _inside(path, workspace):
+        files = rules[1]
+        if files and workspace is not None and inside(path, workspace):
             return
-        if any(_inside(path, r) for r in roots):
+        if any(inside(path, r) for r in roots):
             if not write:
                 return  # libraries read their own data (fonts, time zones, config) even from C code
             if importing(frame, machinery_only=False):
                 return  # a library initializing its cache (matplotlib's font list) while it is imported
         # The message names the path as given (normalized), never where its links lead: a refusal
         # must not answer the question "where does /proc/self/cwd point?".
-        given = plain_path(raw)
-        shown = os.path.normpath(given) if given is not None and os.path.isabs(given) else (given or path)
-        if not rules.files:
+        shown = os.path.normpath(given) if given.startswith("/") else given
+        if not files:
             raise rules.refuse(f"{what} '{shown}'", "this policy has no file access")
         instead = f"files are allowed only inside the workspace '{rules.workspace}'"
-        if given is not None and not os.path.isabs(given) and workspace is not None:
+        if not given.startswith("/") and workspace is not None:
             suggestion = os.path.join(workspace, given)
             instead += "; relative paths given to libraries resolve against the host's directory"
             instead += f", use '{suggestion}'"
@@ -740,7 +816,7 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
     def on_write(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
         if key_of(frame.f_code) in importlib_codes:
             raise rules.refuse("writing bytecode caches")
-        paths, fds = _WRITE_EVENTS[event]
+        paths, fds = write_events[event]
         for i in fds:
             given = args[i] if i < len(args) else None
             if given is not None and not (type(given) is int and given == -1):  # -1: no dir_fd given
@@ -752,7 +828,7 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 check_path(rules, args[i], frame, write=True, what=f"{event} on")
 
     def on_read(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
-        for i in _READ_EVENTS[event]:
+        for i in read_events[event]:
             if i < len(args) and args[i] is not None:
                 check_path(rules, args[i], frame, write=False, what=f"{event} on")
 
@@ -779,9 +855,9 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 register(code, rules)
             return
         if code.co_name == "<module>" and importing(frame, machinery_only=False):
-            origin = os.path.realpath(code.co_filename)
+            origin = realpath(code.co_filename)
             workspace = rules[2]
-            if workspace is not None and _inside(origin, workspace):
+            if workspace is not None and inside(origin, workspace):
                 raise rules.refuse(f"importing modules from the workspace ('{origin}')")
             return  # module code the import machinery (or a library at import time) runs
         refusal, free_globals = _code_refusal(code, rules)
@@ -866,8 +942,8 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
         "open": on_open,
         "os.listdir": on_listdir,
         "os.scandir": on_listdir,
-        **dict.fromkeys(_WRITE_EVENTS, on_write),
-        **dict.fromkeys(_READ_EVENTS, on_read),
+        **dict.fromkeys(write_events, on_write),
+        **dict.fromkeys(read_events, on_read),
         "os.symlink": always("creating symbolic links"),
         "shutil.make_archive": always("creating archives"),
         "compile": on_compile,

@@ -92,6 +92,20 @@ for event, args in (('object.__getattr__', (1, Sneaky('f_code'))), ('open', ('/x
     except PermissionError:
         pass
 outcomes['hostile arguments'] = 'refused' if not touched else 'touched ' + ','.join(touched)
+# Shared Python objects the hook could rely on: os.path, the builtins, this module's helpers.
+posixpath = imp('posixpath')
+hook_module = imp('genpark_repl_tools.policy._audithook', None, None, ['x'])
+saved = (posixpath.realpath, bi['any'], bi['issubclass'])
+try:
+    bi['setattr'](posixpath, 'realpath', lambda path, *args, **kwargs: PREFIX)  # "all library data"
+    bi['any'] = lambda items: True
+    bi['issubclass'] = lambda kind, base: kind is bi['str']
+    for name in ('_inside', 'plain_path', '_path_types', '_data_roots', '_make_realpath'):
+        bi['setattr'](hook_module, name, lambda *args, **kwargs: True)
+    escapes('patched')
+finally:
+    bi['setattr'](posixpath, 'realpath', saved[0])
+    bi['any'], bi['issubclass'] = saved[1], saved[2]
 escapes('after all')
 outcomes
 """
@@ -100,7 +114,9 @@ outcomes
 @pytest.fixture
 def restore_policy_modules() -> Iterator[None]:
     saved: list[tuple[Any, Any]] = []
+    names: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for module in (_audithook, _restricted):
+        names.append((vars(module), dict(vars(module))))
         for name, value in vars(module).items():
             if type(value) in (dict, list, set) and not name.startswith("__"):
                 saved.append((value, value.copy()))
@@ -109,6 +125,8 @@ def restore_policy_modules() -> Iterator[None]:
         refill = container.extend if type(container) is list else container.update
         container.clear()
         refill(copy)
+    for namespace, before in names:
+        namespace.update(before)
 
 
 def test_real_builtins_cannot_switch_the_hook_off(
@@ -121,6 +139,7 @@ def test_real_builtins_cannot_switch_the_hook_off(
             namespace = engine.boundary._sessions["attacker"].namespace  # type: ignore[attr-defined]
             namespace["bi"] = builtins.__dict__  # the test-only back door
             namespace["MARKER"] = str(marker)
+            namespace["PREFIX"] = os.path.realpath(sys.prefix)
             result = ok(engine.run(ATTACK, session="attacker"))
             outcomes = eval(result.value or "{}")  # a dict of str -> str, printed by the engine
         escapes = {k: v for k, v in outcomes.items() if k != "activate"}
