@@ -649,6 +649,23 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     write_events = dict(_WRITE_EVENTS)
     read_events = dict(_READ_EVENTS)
 
+    # The helpers below live in this module's globals, which code holding the real builtins could
+    # rebind: the hook keeps its own references. (Their insides only verify generated code, which
+    # such code would not need.)
+    parse, tree_refusal, code_refusal = _parse, _tree_refusal, _code_refusal
+    code_type = CodeType
+
+    def codes_of(code: CodeType) -> list[CodeType]:
+        """`code` and every code object nested in it (registration must not depend on module state)."""
+        found = [code]
+        index = 0
+        while index < len(found):
+            for const in found[index].co_consts:
+                if type(const) is code_type:
+                    found.append(const)
+            index += 1
+        return found
+
     def inside(path: str, root: str) -> bool:
         return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -726,7 +743,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 for key in [k for k, (ref, _) in sandboxed.items() if ref() is None]:
                     del sandboxed[key]
                 sweep_at[0] = max(1024, 2 * len(sandboxed))
-            for current in _codes(code):
+            for current in codes_of(code):
                 key = key_of(current)
                 entry = sandboxed.get(key)
                 if entry is None or entry[0]() is not current:
@@ -835,8 +852,8 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     def on_compile(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
         if importing(frame, machinery_only=False):
             return  # a library's own code, while it is imported
-        tree = _parse(args[0])
-        refusal = "its source is not text" if tree is None else _tree_refusal(tree, rules)
+        tree = parse(args[0])
+        refusal = "it is not valid Python text" if tree is None else tree_refusal(tree, rules)
         if refusal is not None:
             raise rules.refuse(_EXEC_REFUSED, f"{refusal}; write the code directly")
 
@@ -860,7 +877,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             if workspace is not None and inside(origin, workspace):
                 raise rules.refuse(f"importing modules from the workspace ('{origin}')")
             return  # module code the import machinery (or a library at import time) runs
-        refusal, free_globals = _code_refusal(code, rules)
+        refusal, free_globals = code_refusal(code, rules)
         if refusal is None and free_globals:
             refusal = annotation_refusal(frame, free_globals, rules)
         if refusal is not None:

@@ -100,7 +100,7 @@ try:
     bi['setattr'](posixpath, 'realpath', lambda path, *args, **kwargs: PREFIX)  # "all library data"
     bi['any'] = lambda items: True
     bi['issubclass'] = lambda kind, base: kind is bi['str']
-    for name in ('_inside', 'plain_path', '_path_types', '_data_roots', '_make_realpath'):
+    for name in ('_inside', 'plain_path', '_path_types', '_data_roots', '_make_realpath', '_codes'):
         bi['setattr'](hook_module, name, lambda *args, **kwargs: True)
     escapes('patched')
 finally:
@@ -108,6 +108,18 @@ finally:
     bi['any'], bi['issubclass'] = saved[1], saved[2]
 escapes('after all')
 outcomes
+"""
+
+
+LATER = """
+def read():
+    return bi['open']('/etc/hostname').read()
+try:
+    contextvars.Context().run(read)
+    later = 'allowed'
+except PermissionError:
+    later = 'refused'
+later
 """
 
 
@@ -142,6 +154,9 @@ def test_real_builtins_cannot_switch_the_hook_off(
             namespace["PREFIX"] = os.path.realpath(sys.prefix)
             result = ok(engine.run(ATTACK, session="attacker"))
             outcomes = eval(result.value or "{}")  # a dict of str -> str, printed by the engine
+            # A later cell, compiled and registered after all of the above, leaves its context.
+            later = ok(engine.run(LATER, session="attacker"))
+            outcomes["later cell, empty context"] = eval(later.value or "''")
         escapes = {k: v for k, v in outcomes.items() if k != "activate"}
         assert set(escapes.values()) == {"refused"}, (policy, outcomes)
         # The activation request is refused too (its exception is a PolicyViolation).
