@@ -9,11 +9,12 @@ them never loads them.
 pyplot keeps process-wide state (its backend, its figure registry, its "current figure"); this is
 how the engine lives with that in one process:
 
-- Headless. On the first execution in a process where matplotlib is installed but not imported, the
-  engine sets `MPLBACKEND=module://genpark_repl_tools._mpl_backend` (unless it already names a
-  headless non-Agg backend); on every execution where matplotlib is imported it switches pyplot to
-  that backend if the backend is still unresolved, Agg, or a GUI backend. Nothing happens at import
-  time. The backend is Agg plus a `show()` that opens no window.
+- Headless. The host's environment is never changed. On every execution where matplotlib is imported
+  the engine switches pyplot to `module://genpark_repl_tools._mpl_backend` if the backend is still
+  unresolved, Agg, or a GUI backend; when the execution's own code imports pyplot, an audit hook
+  (added on the first execution in a process where matplotlib is installed) does the same before
+  the first figure. Nothing happens at import time. The backend is Agg plus a `show()` that opens
+  no window.
 - Ownership. A figure is tagged with the session whose execution created it (the backend's figure
   manager and a `figure.hooks` entry read a context variable). An execution attaches and closes only
   its own figures, so concurrent sessions do not take each other's. Untagged new figures (created
@@ -27,11 +28,11 @@ how the engine lives with that in one process:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
 import io
 import math
-import os
 import sys
 import threading
 import weakref
@@ -309,9 +310,10 @@ def _prepare_matplotlib() -> None:
     if mpl is None:
         if not _process.environment_checked:
             _process.environment_checked = True
-            if not _keep_backend(os.environ.get("MPLBACKEND")) and importlib.util.find_spec("matplotlib"):
-                # Read once, when matplotlib is first imported (possibly by this execution's code).
-                os.environ["MPLBACKEND"] = BACKEND
+            if importlib.util.find_spec("matplotlib"):
+                # Not os.environ["MPLBACKEND"]: that would change the host's matplotlib and every
+                # process it starts. An audit hook sees the execution's code import pyplot instead.
+                sys.addaudithook(_on_import)
         return
     rc = mpl.rcParams
     # dict's own lookup: reads without resolving the "auto" backend, and skips RcParams' checks.
@@ -321,6 +323,24 @@ def _prepare_matplotlib() -> None:
     hooks = dict.get(rc, "figure.hooks")
     if hooks is not None and _HOOK not in hooks:  # None: matplotlib < 3.7, ownership by "ran alone"
         rc["figure.hooks"] = [*hooks, _HOOK]
+
+
+def _on_import(event: str, args: tuple[Any, ...]) -> None:
+    """Make pyplot headless when an execution's code imports it (matplotlib was not imported before).
+
+    pyplot resolves its backend on the first figure; the modules pyplot imports are imported after
+    matplotlib itself finished initializing (it reads the host's MPLBACKEND last), and before that
+    first figure. Outside an execution this does nothing: the host's own imports are its business.
+    """
+    if event != "import" or _current.get() is None or not str(args[0]).startswith("matplotlib."):
+        return
+    mpl = sys.modules.get("matplotlib")
+    spec = getattr(mpl, "__spec__", None)
+    if mpl is None or spec is None or getattr(spec, "_initializing", False):
+        return
+    # Host-side bookkeeping must not fail the import; FigureRun.enter retries before the next run.
+    with contextlib.suppress(Exception):
+        _prepare_matplotlib()
 
 
 def _keep_backend(name: str | None) -> bool:

@@ -1,70 +1,69 @@
 """Layer 2b, the audit-hook guard: refuses what the interpreter itself reports (PEP 578 events).
 
 One `sys.addaudithook` hook for the whole process, installed on first use and never removed
-(Python cannot remove audit hooks). It judges an event only when sandboxed code is involved:
+(Python cannot remove audit hooks). It judges an event when sandboxed code is involved:
 
-* while restricted code runs in this execution context (a ContextVar set by `activate()`), or
-* for a short list of dangerous events (processes, network, files, exec, pickle, ...), when a frame
-  of restricted code is anywhere on the current thread's stack: this covers restricted code that
-  the host calls back later, outside any execution.
+* while a restricted execution runs in this context (activated by the runtime), or
+* when a frame of sandboxed code is anywhere on the current thread's stack (restricted code that
+  the host calls back later, or code that left the execution's context with `Context().run`).
 
-Everything else returns after one dict lookup, so the host's own imports, opens and threads are not
-affected. Python's own imports of allowed modules keep working: the import machinery may read module
-files, unmarshal and execute module code. Refusals raise `PolicyViolation` (a PermissionError) out
-of the refused operation.
+"Sandboxed code" is decided by code-object identity: the hook registers every code object it lets
+a restricted execution run (the cell and everything nested in it, and code that libraries generate
+for it after the hook verified it). Nothing a frame says about itself (`__name__` in its globals, a
+class's `__module__`, a code object's name) is trusted; the import machinery and the stdlib helpers
+the hook relies on are recognised by the identity of their code objects too.
+
+The hook's state (registered code, active executions, approved compilations) lives only in the
+closure of the hook function, which no module attribute references. The runtime talks to it through
+audit events of its own, which the hook accepts only when no sandboxed code is on the stack. Code
+holding the real builtins therefore finds no switch to flip: not here, not in the runtime.
+
+Refusals raise `PolicyViolation` (a PermissionError) out of the refused operation.
 """
 
 from __future__ import annotations
 
+import ast
 import contextvars
+import dis
 import functools
 import os
 import site
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable, Iterable
-from types import FrameType
+import unicodedata
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from types import CodeType, FrameType
 from typing import Any
 
 from ._errors import PolicyViolation
 
-__all__ = [
-    "MARK",
-    "SandboxState",
-    "activate",
-    "data_roots",
-    "deactivate",
-    "host_code",
-    "install",
-    "plain_path",
-]
+__all__ = ["MARK", "SandboxState", "activate", "deactivate", "install", "plain_path"]
 
-# Key in a restricted session's builtins dict; its value is that session's SandboxState. Frames of
-# restricted code are recognised by it (their f_builtins is that dict).
+# Key in a restricted session's builtins dict; its value is that session's SandboxState (the guards
+# read it). The hook does not trust it: frames are recognised by the identity of their code.
 MARK = "__repl_sandbox__"
 
-_IMPORT_MACHINERY = frozenset({"importlib._bootstrap", "importlib._bootstrap_external", "zipimport"})
+# The runtime's requests to the hook. Accepted only when no sandboxed code is on the stack.
+_ACTIVATE = "genpark_repl.sandbox.activate"
+_PROBE = "genpark_repl.sandbox.installed"
+_ADOPT = "genpark_repl.sandbox.adopt"
+
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | getattr(os, "O_EXCL", 0)
 
 
 class SandboxState:
-    """What the hook needs to judge one restricted policy's code."""
+    """What the session's guards need to know about their policy's files (the hook keeps its own copy)."""
 
-    __slots__ = ("_workspace", "_workspace_fn", "exec_callers", "files", "policy")
+    __slots__ = ("_workspace", "_workspace_fn", "files", "policy")
 
-    def __init__(
-        self,
-        policy: str,
-        files: bool,
-        workspace: Callable[[], str],
-        exec_callers: Iterable[str] = (),
-    ) -> None:
+    def __init__(self, policy: str, files: bool, workspace: Callable[[], str]) -> None:
         self.policy = policy
         self.files = files
         self._workspace_fn = workspace
         self._workspace: str | None = None
-        self.exec_callers = frozenset(exec_callers)
 
     @property
     def workspace(self) -> str:
@@ -77,124 +76,66 @@ class SandboxState:
         return PolicyViolation(f"{what} is not allowed under policy '{self.policy}'{tail}")
 
 
-_current: contextvars.ContextVar[SandboxState | None] = contextvars.ContextVar(
-    "genpark_repl_sandbox", default=None
-)
-
-
-class _Local(threading.local):
-    busy = False
-
-
-class _Process:
-    """Process-wide facts: whether the hook is installed, whether restricted code ever ran."""
-
-    installed = False
-    seen = False
-    lock = threading.Lock()
-
-
-_local = _Local()
-_process = _Process()
+_install_lock = threading.Lock()
 
 
 def install() -> None:
-    """Add the process-wide hook once (idempotent, thread-safe)."""
-    if _process.installed:
-        return
-    with _process.lock:
-        if not _process.installed:
-            data_roots()  # computed now, outside any sandboxed context
-            sys.addaudithook(_hook)
-            _process.installed = True
+    """Add the process-wide hook once (idempotent, thread-safe).
+
+    Whether it is installed is asked of the hook itself: no module flag decides it.
+    """
+    with _install_lock:
+        answers: list[bool] = []
+        sys.audit(_PROBE, answers)
+        if not answers:
+            sys.addaudithook(_build_hook())
 
 
-class host_code:  # used like a function: `with host_code():`
-    """Run the host's own housekeeping unjudged, even if it happens inside restricted code's call
-    (a finalizer of the host's collected during a cell, for instance)."""
-
-    __slots__ = ("_before",)
-
-    def __enter__(self) -> None:
-        self._before = _local.busy
-        _local.busy = True
-
-    def __exit__(self, *exc: object) -> None:
-        _local.busy = self._before
+def rules_spec(
+    policy: str,
+    files: bool,
+    workspace: str | None,
+    denied_attributes: Iterable[str],
+    denied_prefixes: Iterable[str],
+) -> tuple[Any, ...]:
+    """What `activate` takes: build it once per runtime (the hook remembers it by identity)."""
+    return (policy, files, workspace, frozenset(denied_attributes), tuple(denied_prefixes))
 
 
-def activate(state: SandboxState) -> contextvars.Token[SandboxState | None]:
-    _process.seen = True
-    return _current.set(state)
+def activate(spec: tuple[Any, ...]) -> list[contextvars.Token[Any]]:
+    """Judge this context's events by the rules `spec` describes until `deactivate` (host code only).
+
+    The hook refuses the request when sandboxed code is on the stack, so session code cannot
+    activate looser rules for itself. Returns the hook's token (one per hook, should a second one
+    ever have been added).
+    """
+    tokens: list[contextvars.Token[Any]] = []
+    sys.audit(_ACTIVATE, spec, tokens)
+    if not tokens:  # the first activation in this process
+        install()
+        sys.audit(_ACTIVATE, spec, tokens)
+    if not tokens:
+        raise RuntimeError("the sandbox audit hook did not answer")  # installed, so it always answers
+    return tokens
 
 
-def deactivate(token: contextvars.Token[SandboxState | None]) -> None:
-    _current.reset(token)
+def adopt(code: CodeType) -> None:
+    """Judge `code` (and every code object nested in it) as the running execution's own, as the
+    runner's `exec` of a cell does: for session code the host compiled from source and will call
+    without `exec` (a snapshot's functions and class bodies). Host code only: the hook refuses the
+    request when sandboxed code is on the stack; outside an execution it does nothing."""
+    sys.audit(_ADOPT, code)
 
 
-# ---- the hook ---------------------------------------------------------------------------------------
-
-Handler = Callable[[SandboxState, str, tuple[Any, ...], FrameType], None]
-
-
-def _hook(event: str, args: tuple[Any, ...]) -> None:
-    entry = _HANDLERS.get(event)
-    if entry is None:
-        return
-    if _local.busy:  # our own frame inspection below raises events too
-        return
-    handler, outside = entry
-    state = _current.get()
-    _local.busy = True
-    try:
-        caller = sys._getframe(1)
-        if state is None:
-            if not (outside and _process.seen):
-                return
-            state = _state_on_stack(caller)
-            if state is None:
-                return
-        try:
-            handler(state, event, args, caller)
-        except PolicyViolation:
-            raise
-        except Exception as exc:  # a bug here must not open the sandbox: refuse instead
-            raise state.refuse(f"{event} (policy check failed: {type(exc).__name__})") from None
-    finally:
-        _local.busy = False
-
-
-def _state_on_stack(frame: FrameType | None) -> SandboxState | None:
-    while frame is not None:
-        state = frame.f_builtins.get(MARK)
-        if state is not None:
-            return state  # type: ignore[no-any-return]
-        frame = frame.f_back
-    return None
-
-
-def _is_cell(frame: FrameType) -> bool:
-    return frame.f_builtins.get(MARK) is not None
-
-
-def _module(frame: FrameType) -> str:
-    name = frame.f_globals.get("__name__")
-    return name if isinstance(name, str) else ""
-
-
-def _importing(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if _module(frame) in _IMPORT_MACHINERY:
-            return True
-        frame = frame.f_back
-    return False
+def deactivate(tokens: list[contextvars.Token[Any]]) -> None:
+    for token in reversed(tokens):
+        token.var.reset(token)
 
 
 # ---- paths ------------------------------------------------------------------------------------------
 
 
-@functools.cache
-def data_roots() -> tuple[str, ...]:
+def _data_roots() -> tuple[str, ...]:
     """Directories libraries may read their own data from (and write caches to while imported)."""
     found: set[str] = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     try:
@@ -227,8 +168,11 @@ def _path_types() -> frozenset[type]:
     import pathlib
     import posix
 
+    from ._paths import SessionPath
+
     return frozenset(
         {
+            SessionPath,
             pathlib.PurePath,
             pathlib.PurePosixPath,
             pathlib.PureWindowsPath,
@@ -259,58 +203,364 @@ def plain_path(raw: Any) -> str | None:
     return None
 
 
-def _resolve(state: SandboxState, raw: Any, what: str) -> str:
-    if isinstance(raw, int):
-        raise state.refuse(f"{what} by file descriptor", "use a path inside the workspace")
-    path = plain_path(raw)
-    if path is None:
-        raise state.refuse(f"{what} a {type(raw).__name__} path", "pass a str or a pathlib path")
-    return os.path.realpath(path)
+# ---- what the hook knows about one restricted policy ------------------------------------------------
 
 
-def _check_path(state: SandboxState, raw: Any, caller: FrameType, *, write: bool, what: str) -> None:
-    path = _resolve(state, raw, what)
-    if state.files and _inside(path, state.workspace):
-        return
-    if any(_inside(path, r) for r in data_roots()):
-        if not write:
-            return  # libraries read their own data (fonts, time zones, config) even from C code
-        if not _is_cell(caller) and _importing(caller):
-            return  # a library initializing its cache (matplotlib's font list) while it is imported
-    if not state.files:
-        raise state.refuse(f"{what} '{path}'", "this policy has no file access")
-    instead = f"files are allowed only inside the workspace '{state.workspace}'"
-    given = plain_path(raw)
-    if given is not None and not os.path.isabs(given):
-        suggestion = os.path.join(state.workspace, given)
-        instead += (
-            f"; relative paths given to libraries resolve against the host's directory, use '{suggestion}'"
-        )
-    raise state.refuse(f"{what} '{path}'", instead)
+class _Rules(tuple):  # type: ignore[type-arg]
+    """(policy, files, workspace, denied attribute names, denied prefixes): immutable by construction."""
+
+    __slots__ = ()
+
+    @property
+    def policy(self) -> str:
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def files(self) -> bool:
+        return self[1]  # type: ignore[no-any-return]
+
+    @property
+    def workspace(self) -> str:
+        return str(self[2] or "(none)")
+
+    def refuse(self, what: str, instead: str = "") -> PolicyViolation:
+        tail = f"; {instead}" if instead else ""
+        return PolicyViolation(f"{what} is not allowed under policy '{self[0]}'{tail}")
+
+    def name_refusal(self, name: str) -> str | None:
+        """Why generated code may not use the attribute `name` (the session's own attribute rules)."""
+        name = name if name.isascii() else unicodedata.normalize("NFKC", name)
+        if not name.isidentifier():
+            return f"{name!r}, which is not an identifier"
+        if name.startswith("_"):
+            return f"the private name '{name}'"
+        if name in self[3] or name.startswith(self[4]):
+            return f"the interpreter internal '{name}'"
+        return None
 
 
-def _open(state: SandboxState, event: str, args: tuple[Any, ...], caller: FrameType) -> None:
-    path, mode, flags = (*args, None, None, None)[:3]
-    if isinstance(flags, int):
-        write = bool(flags & _WRITE_FLAGS)
+_BUILT = "built at run time"
+_EXEC_REFUSED = "running code built at run time (exec, eval, templates, string annotations)"
+
+
+# ---- verification of code that libraries generate ---------------------------------------------------
+#
+# Libraries allowed under the restricted policies generate code from names the session chose:
+# dataclasses (methods), collections.namedtuple (__new__), typing (string annotations). The hook
+# runs such code only if every name in it is one the session could write itself and its shape is
+# one those generators produce. Anything else is refused, whoever compiles it.
+
+# Global names generated methods call: the builtins dataclasses and namedtuple use, with fixed arity.
+_CALLS = {"type": 1, "hash": 1, "super": 2}
+_GLOBALS = frozenset({*_CALLS, "NotImplemented", "_tuple_new"})
+# Special attributes generated methods use, and where.
+_READ_DUNDERS = frozenset({"__class__", "__qualname__"})
+_OBJECT_SETTERS = frozenset({"__setattr__", "__delattr__"})
+_FACTORY = "__create_fn__"
+_OBJECT_PARAM = "__dataclass_builtins_object__"
+_POST_INIT = "__post_init__"
+_NODES = (
+    ast.Module,
+    ast.Expr,
+    ast.FunctionDef,
+    ast.arguments,
+    ast.arg,
+    ast.Return,
+    ast.Assign,
+    ast.If,
+    ast.Raise,
+    ast.Pass,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.UnaryOp,
+    ast.Not,
+    ast.Name,
+    ast.Attribute,
+    ast.Call,
+    ast.keyword,
+    ast.Constant,
+    ast.Tuple,
+    ast.Set,
+    ast.Compare,
+    ast.IfExp,
+    ast.JoinedStr,
+    ast.FormattedValue,
+    ast.BinOp,
+    ast.Add,
+    ast.Lambda,
+    ast.Load,
+    ast.Store,
+    ast.Is,
+    ast.IsNot,
+    ast.In,
+    ast.NotIn,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+)
+_TYPE_NODES: tuple[type[ast.AST], ...] = (ast.Module, ast.Expr, ast.Name, ast.Attribute, ast.Subscript)
+_TYPE_NODES += (ast.Tuple, ast.List, ast.Constant, ast.BinOp, ast.BitOr, ast.Load)
+
+
+def _parse(source: Any) -> ast.AST | None:
+    """`source` (text, bytes) parsed; None for anything else. Syntax trees handed to compile() by
+    sandboxed code are not judged: their nodes could be objects of any class."""
+    kind = type(source)
+    if kind is bytes or kind is bytearray:
+        text = bytes(source).decode("utf-8", "replace")
+    elif issubclass(kind, str):
+        text = str.__str__(source)
     else:
-        write = isinstance(mode, str) and any(c in mode for c in "wax+")
-    if _module(caller) in _IMPORT_MACHINERY:
-        if write:  # bytecode caches; the import machinery handles the refusal as an OSError
-            raise state.refuse("writing bytecode caches")
-        if not isinstance(path, int):
-            return
-    _check_path(state, path, caller, write=write, what="writing to" if write else "opening")
+        return None
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
 
 
-def _listdir(state: SandboxState, event: str, args: tuple[Any, ...], caller: FrameType) -> None:
-    if _module(caller) in _IMPORT_MACHINERY:
-        return
-    path = args[0] if args and args[0] is not None else "."
-    _check_path(state, path, caller, write=False, what="listing directory")
+def _tree_refusal(tree: ast.AST, rules: _Rules) -> str | None:
+    """None if `tree` is generated code of a known shape using only names the session may use."""
+    body = tree.body if isinstance(tree, ast.Module) else None
+    if isinstance(tree, ast.Expression):
+        body = [ast.Expr(tree.body)]
+    if not body or len(body) != 1:
+        return "it is not generated code of a known shape"
+    top = body[0]
+    if isinstance(top, ast.Expr) and not isinstance(top.value, ast.Lambda):
+        return _type_expression_refusal(top.value, rules)
+    checker = _GeneratedCode(rules)
+    if isinstance(top, ast.Expr):  # namedtuple: lambda _cls, a, b: _tuple_new(_cls, (a, b))
+        return checker.check_function(top.value, ())
+    if (
+        isinstance(top, ast.FunctionDef)
+        and top.name == _FACTORY
+        and len(top.body) == 2
+        and isinstance(top.body[0], ast.FunctionDef)
+        and isinstance(top.body[1], ast.Return)
+        and isinstance(top.body[1].value, ast.Name)
+        and top.body[1].value.id == top.body[0].name
+        and not top.decorator_list
+    ):  # dataclasses: def __create_fn__(<values>): def <method>(...): ...; return <method>
+        outer = _params(top.args)
+        if outer is None:
+            return "its parameters are not plain names"
+        if top.args.defaults or top.args.kw_defaults or top.returns is not None:
+            return "its factory has defaults or annotations"
+        return checker.check_function(top.body[0], outer)
+    return "it is not generated code of a known shape"
 
 
-# Positions of path arguments (and of dir_fd arguments, which must be None) in each write event.
+def _type_expression_refusal(node: ast.AST, rules: _Rules) -> str | None:
+    for sub in ast.walk(node):
+        if not isinstance(sub, _TYPE_NODES):
+            return f"a string annotation may only name types ({type(sub).__name__} found)"
+        if isinstance(sub, ast.BinOp) and not isinstance(sub.op, ast.BitOr):
+            return "a string annotation may only combine types with '|'"
+        name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
+        if name is not None:
+            refusal = rules.name_refusal(name)
+            if refusal is not None:
+                return f"the annotation uses {refusal}"
+    return None
+
+
+def _params(args: ast.arguments) -> tuple[str, ...] | None:
+    if args.vararg is not None or args.kwarg is not None:
+        return None
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    if not all(n.isidentifier() for n in names):
+        return None
+    return tuple(names)
+
+
+class _GeneratedCode:
+    """The shapes of methods dataclasses and namedtuple generate, checked node by node."""
+
+    def __init__(self, rules: _Rules) -> None:
+        self.rules = rules
+
+    def check_function(self, node: ast.AST, outer: tuple[str, ...]) -> str | None:
+        if not isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            return "it is not a generated function"
+        if isinstance(node, ast.FunctionDef) and node.decorator_list:
+            return "a generated function is decorated"
+        own = _params(node.args)
+        if own is None:
+            return "its parameters are not plain names"
+        for name in own:
+            if name.startswith("_") and name not in ("__dataclass_self__", "_cls"):
+                refusal = self.rules.name_refusal(name)
+                if refusal is not None:
+                    return f"a parameter is {refusal}"
+        bound = frozenset((*outer, *own))
+        # Defaults and annotations may only name the factory's values.
+        extras: list[ast.AST] = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+        extras += [a.annotation for a in (*node.args.args, *node.args.kwonlyargs) if a.annotation]
+        if isinstance(node, ast.FunctionDef) and node.returns is not None:
+            extras.append(node.returns)
+        for extra in extras:
+            if not (isinstance(extra, ast.Name) and extra.id in outer) and not (
+                isinstance(extra, ast.Constant) and extra.value is None
+            ):
+                return "a default or annotation is not one of the generator's values"
+        statements = [node.body] if isinstance(node, ast.Lambda) else node.body
+        self_name = own[0] if own else ""
+        for statement in statements:
+            refusal = self._node(statement, bound, self_name)
+            if refusal is not None:
+                return refusal
+        return None
+
+    def _node(self, node: ast.AST, bound: frozenset[str], self_name: str) -> str | None:
+        for sub in ast.walk(node):
+            if not isinstance(sub, _NODES) or isinstance(sub, (ast.FunctionDef, ast.Lambda, ast.Module)):
+                return f"it contains {type(sub).__name__}"
+            if isinstance(sub, ast.Name):
+                if sub.id not in bound and sub.id not in _GLOBALS:
+                    return f"it uses the global name '{sub.id}'"
+                if isinstance(sub.ctx, ast.Store):
+                    return "it assigns a variable"
+            elif isinstance(sub, ast.Attribute):
+                refusal = self._attribute(sub, self_name)
+                if refusal is not None:
+                    return refusal
+            elif isinstance(sub, ast.Call):
+                refusal = self._call(sub, bound)
+                if refusal is not None:
+                    return refusal
+            elif isinstance(sub, ast.Assign):
+                for target in sub.targets:
+                    if not (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == self_name
+                    ):
+                        return "it assigns something other than its own fields"
+            elif isinstance(sub, ast.FormattedValue) and sub.format_spec is not None:
+                return "it uses a format specification"
+            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and _looks_private(sub.value):
+                return f"it names '{sub.value}'"
+        return None
+
+    def _attribute(self, node: ast.Attribute, self_name: str) -> str | None:
+        name = node.attr
+        if name in _READ_DUNDERS and isinstance(node.ctx, ast.Load):
+            return None
+        if name in _OBJECT_SETTERS:
+            return None  # checked with its call below: only as object's or super()'s own setter
+        if name == _POST_INIT and isinstance(node.value, ast.Name) and node.value.id == self_name:
+            return None
+        refusal = self.rules.name_refusal(name)
+        return None if refusal is None else f"it uses {refusal}"
+
+    def _call(self, node: ast.Call, bound: frozenset[str]) -> str | None:
+        func = node.func
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return "it unpacks call arguments"
+        if isinstance(func, ast.Name):
+            if func.id in _CALLS and func.id not in bound:
+                if len(node.args) != _CALLS[func.id] or node.keywords:
+                    return f"it calls {func.id}() with other arguments than generated code does"
+                if func.id == "super" and not all(isinstance(a, ast.Name) for a in node.args):
+                    return "it calls super() with expressions"
+            return None
+        if isinstance(func, ast.Attribute) and func.attr in _OBJECT_SETTERS:
+            owner = func.value
+            if isinstance(owner, ast.Name) and owner.id == _OBJECT_PARAM and owner.id in bound:
+                # object.__setattr__(self, 'field', value): the field must be a name the session may set
+                if len(node.args) != 3 or not isinstance(node.args[1], ast.Constant):
+                    return "it calls object's setter with a computed name"
+                field = node.args[1].value
+                refusal = self.rules.name_refusal(field) if isinstance(field, str) else "not a name"
+                return None if refusal is None else f"it sets {refusal}"
+            if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+                return None
+            return "it calls a special setter"
+        return None
+
+
+def _looks_private(text: str) -> bool:
+    return text.isidentifier() and text.startswith("__") and text.endswith("__")
+
+
+# Opcodes a generated code object may not contain at all, and those naming globals or attributes.
+_NEVER = frozenset(
+    {"IMPORT_NAME", "IMPORT_FROM", "IMPORT_STAR", "STORE_GLOBAL", "DELETE_GLOBAL", "DELETE_NAME"}
+)
+_GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_ATTRIBUTE_OPS = frozenset({"LOAD_ATTR", "STORE_ATTR", "DELETE_ATTR", "LOAD_METHOD"})
+
+
+def _codes(code: CodeType) -> Iterator[CodeType]:
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(c for c in current.co_consts if isinstance(c, CodeType))
+
+
+def _code_refusal(code: CodeType, rules: _Rules) -> tuple[str | None, frozenset[str]]:
+    """(why the code object may not run, the global names it loads beyond the generators' own)."""
+    free_globals: set[str] = set()
+    for current in _codes(code):
+        for name in (*current.co_varnames, *current.co_cellvars, *current.co_freevars):
+            if not name.isidentifier():
+                return f"its variable {name!r} is not an identifier", frozenset()
+        for instruction in dis.get_instructions(current):
+            op = instruction.opname
+            argument = instruction.argval
+            if op in _NEVER:
+                return f"it uses {op}", frozenset()
+            if op == "STORE_NAME" and argument != _FACTORY:
+                return "it assigns a global name", frozenset()
+            if op in _GLOBAL_LOADS and argument not in _GLOBALS:
+                free_globals.add(str(argument))
+            elif op in _ATTRIBUTE_OPS and isinstance(argument, str):
+                if argument in _READ_DUNDERS or argument in _OBJECT_SETTERS or argument == _POST_INIT:
+                    continue
+                refusal = rules.name_refusal(argument)
+                if refusal is not None:
+                    return f"it uses {refusal}", frozenset()
+    return None, frozenset(free_globals)
+
+
+# ---- the hook -----------------------------------------------------------------------------------------
+
+
+_TYPE_NAME = type.__dict__["__name__"]  # a class's name without asking its metaclass
+# An identity key for objects: what id() gives, without the "builtins.id" audit event id() raises
+# (the hook would be called again for each frame it looks at).
+_key: Callable[[object], int] = object.__hash__
+
+
+def _importlib_codes() -> tuple[frozenset[int], CodeType]:
+    """Code objects of the import machinery (held alive by their modules) and of _find_and_load."""
+    import zipimport
+
+    bootstrap = sys.modules["importlib._bootstrap"]
+    external = sys.modules["importlib._bootstrap_external"]
+    found: set[int] = set()
+
+    def add(value: Any) -> None:
+        for raw in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
+            code = getattr(raw, "__code__", None)
+            if isinstance(code, CodeType):
+                found.update(_key(c) for c in _codes(code))
+
+    for module in (bootstrap, external, zipimport):
+        for value in vars(module).values():
+            add(value)
+            if isinstance(value, type):
+                for member in vars(value).values():
+                    add(member)
+    return frozenset(found), bootstrap._find_and_load.__code__
+
+
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _WRITE_EVENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "os.remove": ((0,), (1,)),
     "os.rename": ((0, 1), (2, 3)),
@@ -337,200 +587,621 @@ _WRITE_EVENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 _READ_EVENTS = {"os.getxattr": (0,), "os.listxattr": (0,)}
 
 
-def _write_path(state: SandboxState, event: str, args: tuple[Any, ...], caller: FrameType) -> None:
-    if _module(caller) in _IMPORT_MACHINERY:
-        raise state.refuse("writing bytecode caches")
-    paths, fds = _WRITE_EVENTS[event]
-    for i in fds:
-        if i < len(args) and args[i] not in (None, -1):  # -1: no dir_fd given
-            raise state.refuse(
-                f"{event} relative to a directory descriptor", "use a path inside the workspace"
-            )
-    for i in paths:
-        if i < len(args) and args[i] is not None:
-            _check_path(state, args[i], caller, write=True, what=f"{event} on")
+def _make_realpath() -> Callable[[str], str]:
+    """os.path.realpath from the C primitives, captured now: patching `os`, `posixpath` or `stat`
+    later does not change what the hook believes a path is."""
+    import _stat
+    import posix
+
+    lstat, readlink, getcwd, is_link = posix.lstat, posix.readlink, posix.getcwd, _stat.S_ISLNK
+
+    def realpath(path: str) -> str:
+        if not path.startswith("/"):
+            path = getcwd() + "/" + path
+        pending = path.split("/")
+        pending.reverse()
+        resolved = ""
+        links = 0
+        while pending:
+            name = pending.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                resolved = resolved.rpartition("/")[0]
+                continue
+            candidate = resolved + "/" + name
+            try:
+                mode = lstat(candidate).st_mode
+            except OSError:
+                resolved = candidate  # does not exist (yet): taken literally, as realpath() does
+                continue
+            if not is_link(mode):
+                resolved = candidate
+                continue
+            links += 1
+            if links > 40:  # a loop: whatever it is, it is not a path inside anything
+                return "/\x00link-loop"
+            target = readlink(candidate)
+            if target.startswith("/"):
+                resolved = ""
+            parts = target.split("/")
+            parts.reverse()
+            pending.extend(parts)
+        return resolved or "/"
+
+    return realpath
 
 
-def _read_path(state: SandboxState, event: str, args: tuple[Any, ...], caller: FrameType) -> None:
-    for i in _READ_EVENTS[event]:
-        if i < len(args) and args[i] is not None:
-            _check_path(state, args[i], caller, write=False, what=f"{event} on")
+def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
+    """The hook function. Everything it decides by is a local of this call, reachable only from it.
+
+    Its functions are created with a private copy of the builtins, and the path checks use only
+    primitives captured here: code that patches `builtins`, `os.path` or this module's globals later
+    does not change how the hook judges files, processes and network.
+    """
+    module_globals = globals()
+    shared_builtins = module_globals["__builtins__"]
+    module_globals["__builtins__"] = dict(vars(sys.modules["builtins"]))
+    try:
+        return _define_hook()
+    finally:
+        module_globals["__builtins__"] = shared_builtins
 
 
-# ---- everything else --------------------------------------------------------------------------------
+def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
+    # Nested functions take their builtins from the module globals at the moment they are created:
+    # _build_hook() has put a private copy there.
+    roots = _data_roots()
+    realpath = _make_realpath()
+    fspath = os.fspath
+    encoding = sys.getfilesystemencoding()
+    write_events = dict(_WRITE_EVENTS)
+    read_events = dict(_READ_EVENTS)
 
+    # The helpers below live in this module's globals, which code holding the real builtins could
+    # rebind: the hook keeps its own references. (Their insides only verify generated code, which
+    # such code would not need.)
+    parse, tree_refusal, code_refusal = _parse, _tree_refusal, _code_refusal
+    code_type = CodeType
 
-def _exec(state: SandboxState, event: str, args: tuple[Any, ...], caller: FrameType) -> None:
-    if _module(caller) in state.exec_callers or _importing(caller):
-        return
-    raise state.refuse(
-        "running code built at run time (exec, eval, templates, string annotations)",
-        "write the code directly",
+    def codes_of(code: CodeType) -> list[CodeType]:
+        """`code` and every code object nested in it (registration must not depend on module state)."""
+        found = [code]
+        index = 0
+        while index < len(found):
+            for const in found[index].co_consts:
+                if type(const) is code_type:
+                    found.append(const)
+            index += 1
+        return found
+
+    def inside(path: str, root: str) -> bool:
+        return path == root or path.startswith(root.rstrip("/") + "/")
+
+    def decode(raw: bytes) -> str:
+        return bytes.decode(raw, encoding, "surrogateescape")
+
+    path_types = _path_types()
+    importlib_codes, find_and_load = _importlib_codes()
+    parse_code = ast.parse.__code__
+    evaluate = _forward_ref_evaluate()
+    real_builtins = (sys.modules["builtins"], vars(sys.modules["builtins"]))
+
+    # (rules, the frame that activated them): no sandboxed code was above that frame when it did.
+    active: contextvars.ContextVar[tuple[_Rules, FrameType] | None] = contextvars.ContextVar(
+        "genpark_sandbox", default=None
     )
+    rules_made: dict[tuple[Any, ...], _Rules] = {}  # every _Rules the hook made, by value
+    made_ids: set[int] = set()  # their identity keys (held by rules_made, so keys are not reused)
+    by_spec: dict[int, tuple[Any, _Rules]] = {}  # the runtimes' specs (held, so keys stay unique)
+    sandboxed: dict[int, tuple[Any, _Rules]] = {}  # _key(code) -> (weakref to it, its rules)
+    key_of = _key
+    lock = threading.Lock()
+    ever = [False]  # rebinding a list item: set once, never reset
+    sweep_at = [1024]
+    strictest: dict[str, _Rules] = {}
+
+    # ---- frames --------------------------------------------------------------------------------------
+
+    def entry_of(code: CodeType) -> _Rules | None:
+        entry = sandboxed.get(key_of(code))
+        if entry is None or entry[0]() is not code:  # a dead entry whose id was reused
+            return None
+        return entry[1]
+
+    def sandbox_rules(frame: FrameType | None) -> _Rules | None:
+        """The rules of the innermost frame of sandboxed code on the stack, or None."""
+        while frame is not None:
+            code = frame.f_code
+            if key_of(code) in sandboxed:
+                found = entry_of(code)
+                if found is not None:
+                    return found
+            frame = frame.f_back
+        return None
+
+    def is_sandboxed(frame: FrameType) -> bool:
+        return entry_of(frame.f_code) is not None
+
+    def host_direct(frame: FrameType | None) -> bool:
+        """No sandboxed code on the stack: walked up to the frame that activated the execution (the
+        stack above it was checked then), or to the bottom."""
+        record = active.get()
+        stop = record[1] if record is not None else None
+        while frame is not None and frame is not stop:
+            if entry_of(frame.f_code) is not None:
+                return False
+            frame = frame.f_back
+        return True
+
+    def importing(frame: FrameType | None, *, machinery_only: bool) -> bool:
+        """An import is running below `frame` with no sandboxed code (or, strictly, only importlib)."""
+        while frame is not None:
+            code = frame.f_code
+            if code is find_and_load:
+                return True
+            if entry_of(code) is not None or (machinery_only and key_of(code) not in importlib_codes):
+                return False
+            frame = frame.f_back
+        return False
+
+    def register(code: CodeType, rules: _Rules) -> None:
+        # Weak references without callbacks: no Python code of ours runs inside the collector.
+        with lock:
+            if len(sandboxed) > sweep_at[0]:
+                for key in [k for k, (ref, _) in sandboxed.items() if ref() is None]:
+                    del sandboxed[key]
+                sweep_at[0] = max(1024, 2 * len(sandboxed))
+            for current in codes_of(code):
+                key = key_of(current)
+                entry = sandboxed.get(key)
+                if entry is None or entry[0]() is not current:
+                    sandboxed[key] = (weakref.ref(current), rules)
+                elif entry[1] is not rules:
+                    sandboxed[key] = (entry[0], merge(entry[1], rules))
+
+    def merge(first: _Rules, second: _Rules) -> _Rules:
+        """Code shared by two sessions (the compile cache): outside an execution, the stricter reading."""
+        if first[0] == second[0] and first[1:] == second[1:]:
+            return first
+        key = f"{first[0]}|{second[0]}"
+        found = strictest.get(key)
+        if found is None:
+            found = strictest[key] = _Rules(
+                (first[0], False, None, first[3] | second[3], tuple({*first[4], *second[4]}))
+            )
+        return found
+
+    # ---- paths ---------------------------------------------------------------------------------------
+
+    def resolve(rules: _Rules, raw: Any, what: str) -> tuple[str, str]:
+        """(the path as given, as a str; where it leads). Only exact types and the types' own
+        C-level methods are used: no code of the argument's class runs."""
+        kind = type(raw)
+        if issubclass(kind, int):
+            raise rules.refuse(f"{what} by file descriptor", "use a path inside the workspace")
+        path: str
+        if issubclass(kind, str):
+            path = str.__str__(raw)
+        elif issubclass(kind, bytes):
+            path = decode(bytes.__getitem__(raw, slice(None)))
+        elif any(kind is t for t in path_types):
+            given = fspath(raw)
+            path = given if type(given) is str else decode(given)
+        else:
+            name = _TYPE_NAME.__get__(kind)
+            raise rules.refuse(f"{what} a {name} path", "pass a str or a pathlib path")
+        return path, realpath(path)
+
+    def check_path(rules: _Rules, raw: Any, frame: FrameType, *, write: bool, what: str) -> None:
+        given, path = resolve(rules, raw, what)
+        workspace = rules[2]
+        files = rules[1]
+        if files and workspace is not None and inside(path, workspace):
+            return
+        if any(inside(path, r) for r in roots):
+            if not write:
+                return  # libraries read their own data (fonts, time zones, config) even from C code
+            if importing(frame, machinery_only=False):
+                return  # a library initializing its cache (matplotlib's font list) while it is imported
+        # The message names the path as given (normalized), never where its links lead: a refusal
+        # must not answer the question "where does /proc/self/cwd point?".
+        shown = os.path.normpath(given) if given.startswith("/") else given
+        if not files:
+            raise rules.refuse(f"{what} '{shown}'", "this policy has no file access")
+        instead = f"files are allowed only inside the workspace '{rules.workspace}'"
+        if not given.startswith("/") and workspace is not None:
+            suggestion = os.path.join(workspace, given)
+            instead += "; relative paths given to libraries resolve against the host's directory"
+            instead += f", use '{suggestion}'"
+        raise rules.refuse(f"{what} '{shown}'", instead)
+
+    # ---- handlers: (rules, event, args, caller frame) ------------------------------------------------
+
+    def on_open(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        path, mode, flags = (*args, None, None, None)[:3]
+        # Event arguments may come from sys.audit() with objects of any class: only exact types are
+        # looked at, so no code of theirs runs inside the hook.
+        if type(flags) is int:
+            write = bool(flags & _WRITE_FLAGS)
+        else:
+            write = type(mode) is not str or any(c in mode for c in "wax+")
+        if key_of(frame.f_code) in importlib_codes and importing(frame, machinery_only=True):
+            if write:  # bytecode caches; the import machinery handles the refusal as an OSError
+                raise rules.refuse("writing bytecode caches")
+            if not issubclass(type(path), int):
+                return
+        check_path(rules, path, frame, write=write, what="writing to" if write else "opening")
+
+    def on_listdir(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        if key_of(frame.f_code) in importlib_codes and importing(frame, machinery_only=True):
+            return
+        path = args[0] if args and args[0] is not None else "."
+        check_path(rules, path, frame, write=False, what="listing directory")
+
+    def on_write(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        if key_of(frame.f_code) in importlib_codes:
+            raise rules.refuse("writing bytecode caches")
+        paths, fds = write_events[event]
+        for i in fds:
+            given = args[i] if i < len(args) else None
+            if given is not None and not (type(given) is int and given == -1):  # -1: no dir_fd given
+                raise rules.refuse(
+                    f"{event} relative to a directory descriptor", "use a path inside the workspace"
+                )
+        for i in paths:
+            if i < len(args) and args[i] is not None:
+                check_path(rules, args[i], frame, write=True, what=f"{event} on")
+
+    def on_read(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        for i in read_events[event]:
+            if i < len(args) and args[i] is not None:
+                check_path(rules, args[i], frame, write=False, what=f"{event} on")
+
+    def on_compile(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        if importing(frame, machinery_only=False):
+            return  # a library's own code, while it is imported
+        tree = parse(args[0])
+        refusal = "it is not valid Python text" if tree is None else tree_refusal(tree, rules)
+        if refusal is not None:
+            raise rules.refuse(_EXEC_REFUSED, f"{refusal}; write the code directly")
+
+    def on_exec(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        code = args[0] if args else None
+        if type(code) is not CodeType:
+            raise rules.refuse(_EXEC_REFUSED)
+        entry = sandboxed.get(key_of(code))
+        if entry is not None and entry[1] is rules and entry[0]() is code:
+            return  # the session's own code again (a cached cell): its frames are judged as the session's
+        if host_direct(frame):
+            # Host code executing a code object during an execution: the runner running its cell
+            # (strings are judged when they are compiled). Its frames are the session's from now on.
+            record = active.get()
+            if record is not None and record[0] is rules:
+                register(code, rules)
+            return
+        if code.co_name == "<module>" and importing(frame, machinery_only=False):
+            filename = code.co_filename
+            # '<string>' and the like name no file: code a library compiled from text at import time
+            # (resolved against the cwd, which is the workspace in a worker, it would look like one).
+            pseudo = filename.startswith("<") and filename.endswith(">")
+            origin = realpath(filename)
+            workspace = rules[2]
+            if not pseudo and workspace is not None and inside(origin, workspace):
+                raise rules.refuse(f"importing modules from the workspace ('{origin}')")
+            return  # module code the import machinery (or a library at import time) runs
+        refusal, free_globals = code_refusal(code, rules)
+        if refusal is None and free_globals:
+            refusal = annotation_refusal(frame, free_globals, rules)
+        if refusal is not None:
+            raise rules.refuse(_EXEC_REFUSED, f"{refusal}; write the code directly")
+        register(code, rules)  # generated for the session: its frames are the session's
+
+    def annotation_refusal(frame: FrameType, names: frozenset[str], rules: _Rules) -> str | None:
+        """Global names are only for typing's evaluation of string annotations, in the session's globals."""
+        if evaluate is None or frame.f_code is not evaluate:
+            return f"it reads the global names {sorted(names)}"
+        namespace = frame.f_locals.get("globalns")
+        table = dict.get(namespace, "__builtins__") if type(namespace) is dict else None
+        if table is None or any(table is b for b in real_builtins):
+            return (
+                "a string annotation would be evaluated in a module of the host; write annotations "
+                "without quotes or give get_type_hints() a namespace of your own"
+            )
+        for name in names:
+            refusal = rules.name_refusal(name)
+            if refusal is not None:
+                return f"the annotation uses {refusal}"
+        return None
+
+    def on_marshal(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        if not importing(frame, machinery_only=True):
+            raise rules.refuse("loading code objects (marshal)")
+
+    def on_getframe(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        if is_sandboxed(frame):
+            raise rules.refuse("reading interpreter frames")
+        given = args[0] if args else None
+        if type(given) is not FrameType or is_sandboxed(given):
+            return
+        # A library asks for a frame for the session: only frames between it and the session's code.
+        current: FrameType | None = frame
+        while current is not None:
+            if current is given:
+                return
+            if is_sandboxed(current):
+                break
+            current = current.f_back
+        if sandbox_rules(frame) is not None:
+            raise rules.refuse("reading the host's frames (a frame depth beyond your own code)")
+
+    def on_getattr(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        name = args[1] if len(args) > 1 and type(args[1]) is str else "?"
+        if is_sandboxed(frame) or (name in _FRAME_ATTRIBUTES and sandbox_rules(frame) is not None):
+            raise rules.refuse(f"reading internal attribute '{name}'")
+
+    def on_setattr(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        name = args[1] if len(args) > 1 and type(args[1]) is str else "?"
+        if is_sandboxed(frame) or (name == "__code__" and sandbox_rules(frame) is not None):
+            verb = "setting" if event == "object.__setattr__" else "deleting"
+            raise rules.refuse(f"{verb} internal attribute '{name}'")
+
+    def on_function_new(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+        # The host may make functions of session code it compiled from source and adopted (a
+        # snapshot's restore); nothing else may make a function from a code object during a run.
+        code = args[0] if args else None
+        if type(code) is CodeType and entry_of(code) is not None and host_direct(frame):
+            return
+        raise rules.refuse(f"creating functions from code objects ({event})")
+
+    def always(what: str, instead: str = "") -> Callable[..., None]:
+        def handler(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+            raise rules.refuse(f"{what} ({event})", instead)
+
+        return handler
+
+    def unless_importing(what: str) -> Callable[..., None]:
+        """Refused for restricted code, allowed while a library initializes (numpy sets env vars)."""
+
+        def handler(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
+            if not importing(frame, machinery_only=False):
+                raise rules.refuse(f"{what} ({event})")
+
+        return handler
+
+    processes = always("starting or signalling processes")
+    network = always("network access")
+    native = always("native code and raw memory (ctypes)")
+    introspection = always("interpreter introspection")
+    tracing = always("tracing and profiling hooks")
+    settings = unless_importing("changing process-wide settings")
+    databases = always("opening databases")
+    handlers: dict[str, Callable[..., None]] = {
+        "open": on_open,
+        "os.listdir": on_listdir,
+        "os.scandir": on_listdir,
+        **dict.fromkeys(write_events, on_write),
+        **dict.fromkeys(read_events, on_read),
+        "os.symlink": always("creating symbolic links"),
+        "shutil.make_archive": always("creating archives"),
+        "compile": on_compile,
+        "exec": on_exec,
+        "marshal.load": on_marshal,
+        "marshal.loads": on_marshal,
+        "pickle.find_class": always("loading pickles", "pickles can run arbitrary code"),
+        "code.__new__": always("creating code objects"),
+        "function.__new__": on_function_new,
+        "sys._getframe": on_getframe,
+        "object.__getattr__": on_getattr,
+        "object.__setattr__": on_setattr,
+        "object.__delattr__": on_setattr,
+        "sys._current_frames": introspection,
+        "sys._current_exceptions": introspection,
+        "gc.get_objects": introspection,
+        "gc.get_referrers": introspection,
+        "gc.get_referents": introspection,
+        "sys.addaudithook": always("adding audit hooks"),
+        "sys.settrace": tracing,
+        "sys.setprofile": tracing,
+        "sys._settraceallthreads": tracing,
+        "sys._setprofileallthreads": tracing,
+        "sys.monitoring.register_callback": tracing,
+        "sys.set_asyncgen_hook_firstiter": tracing,
+        "sys.set_asyncgen_hook_finalizer": tracing,
+        "sys.remote_exec": tracing,
+        "builtins.input": always("reading the host's stdin"),
+        "builtins.breakpoint": always("starting a debugger"),
+        "pdb.Pdb": always("starting a debugger"),
+        "_thread.start_new_thread": always("starting threads"),
+        "subprocess.Popen": processes,
+        "os.system": processes,
+        "os.exec": processes,
+        "os.posix_spawn": processes,
+        "os.spawn": processes,
+        "os.fork": processes,
+        "os.forkpty": processes,
+        "os.kill": processes,
+        "os.killpg": processes,
+        "os.startfile": processes,
+        "pty.spawn": processes,
+        "signal.pthread_kill": processes,
+        "webbrowser.open": processes,
+        "ensurepip.bootstrap": processes,
+        "os.chdir": settings,
+        "os.putenv": settings,
+        "os.unsetenv": settings,
+        "resource.setrlimit": settings,
+        "resource.prlimit": settings,
+        "os.lockf": settings,
+        "fcntl.fcntl": settings,
+        "fcntl.ioctl": settings,
+        "fcntl.flock": settings,
+        "fcntl.lockf": settings,
+        "syslog.openlog": settings,
+        "syslog.syslog": settings,
+        "syslog.setlogmask": settings,
+        "syslog.closelog": settings,
+        "mmap.__new__": always("mapping memory"),
+        "sqlite3.connect": databases,
+        "sqlite3.connect/handle": databases,
+        "sqlite3.enable_load_extension": native,
+        "sqlite3.load_extension": native,
+        "urllib.Request": network,
+        "http.client.connect": network,
+        "http.client.send": network,
+        **{
+            f"{mod}.{what}": network
+            for mod, whats in {
+                "ftplib": ("connect", "sendcmd"),
+                "smtplib": ("connect", "send"),
+                "poplib": ("connect", "putline"),
+                "imaplib": ("open", "send"),
+                "nntplib": ("connect", "putline"),
+                "telnetlib": ("Telnet.open", "Telnet.write"),
+            }.items()
+            for what in whats
+        },
+        **{
+            f"socket.{what}": network
+            for what in (
+                "__new__",
+                "bind",
+                "connect",
+                "getaddrinfo",
+                "gethostbyaddr",
+                "gethostbyname",
+                "gethostname",
+                "getnameinfo",
+                "getservbyname",
+                "getservbyport",
+                "sendmsg",
+                "sendto",
+                "sethostname",
+            )
+        },
+        **{
+            f"ctypes.{what}": native
+            for what in (
+                "PyObj_FromPtr",
+                "addressof",
+                "call_function",
+                "cdata",
+                "cdata/buffer",
+                "create_string_buffer",
+                "create_unicode_buffer",
+                "dlopen",
+                "dlsym",
+                "dlsym/handle",
+                "get_errno",
+                "get_last_error",
+                "set_errno",
+                "set_exception",
+                "set_last_error",
+                "string_at",
+                "wstring_at",
+                "seh_exception",
+            )
+        },
+    }
+    lookup = handlers.get
+    getframe = sys._getframe
+
+    def on_activate(args: tuple[Any, ...], frame: FrameType) -> None:
+        if not host_direct(frame):
+            raise PolicyViolation("activating sandbox rules from sandboxed code is not allowed")
+        if len(args) != 2:
+            raise ValueError("malformed sandbox activation")
+        spec, tokens = args
+        known = by_spec.get(key_of(spec))
+        if known is not None and known[0] is spec:
+            rules = known[1]
+        else:
+            policy, files, workspace, denied, prefixes = spec
+            key = (
+                str(policy),
+                bool(files),
+                None if workspace is None else str(workspace),
+                frozenset(map(str, denied)),
+                tuple(map(str, prefixes)),
+            )
+            with lock:
+                made = rules_made.get(key)
+                if made is None:
+                    made = rules_made[key] = _Rules(key)
+                    made_ids.add(key_of(made))
+                rules = made
+                if type(spec) is tuple:  # immutable: its rules cannot change behind the hook's back
+                    by_spec[key_of(spec)] = (spec, rules)
+        ever[0] = True
+        # The frame the execution runs under (the runtime's caller): it stays on the stack while the
+        # execution runs, and the walks of host_direct() stop there.
+        anchor = frame
+        for _ in range(2):  # activate() <- the runtime's enter() <- its caller
+            anchor = anchor.f_back or anchor
+        tokens.append(active.set((rules, anchor)))
+
+    def probe(args: tuple[Any, ...], frame: FrameType) -> None:
+        if len(args) == 1 and type(args[0]) is list:
+            list.append(args[0], True)  # "a hook is installed"
+
+    def on_adopt(args: tuple[Any, ...], frame: FrameType) -> None:
+        if not host_direct(frame):
+            raise PolicyViolation("adopting code from sandboxed code is not allowed")
+        record = active.get()
+        if record is not None and len(args) == 1 and type(args[0]) is CodeType:
+            register(args[0], record[0])
+
+    commands = {_key(on_activate): on_activate, _key(probe): probe, _key(on_adopt): on_adopt}
+    handlers[_ACTIVATE] = on_activate
+    handlers[_PROBE] = probe
+    handlers[_ADOPT] = on_adopt
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        handler = lookup(event)
+        if handler is None:
+            return
+        # Arguments may come from sys.audit() with objects of any class: the hook looks only at exact
+        # types, so none of their code runs while its frame (and its state) is on the stack.
+        if event == "object.__getattr__":
+            if len(args) > 1 and type(args[1]) is str and args[1] in ("f_code", "gi_code"):
+                return  # code objects are harmless to read; the hook reads f_code itself
+        elif event == "sys._getframe" and args and type(args[0]) is FrameType and args[0].f_code is own_code:
+            return  # the hook looking at its own frame
+        record = active.get()
+        command = commands.get(_key(handler))
+        if record is None and not ever[0] and command is None:
+            return  # no restricted code ever ran in this process
+        frame: FrameType = getframe(0).f_back  # type: ignore[assignment]
+        if command is not None:
+            command(args, frame)
+            return
+        rules = None if record is None else record[0]
+        if rules is not None and key_of(rules) not in made_ids:
+            rules = _Rules(("unknown", False, None, frozenset(), ()))  # not made here: deny everything
+        if rules is None:
+            if not ever[0]:
+                return
+            rules = sandbox_rules(frame)
+            if rules is None:
+                return
+        if event == "compile" and frame.f_code is parse_code:
+            return  # ast.parse only builds a tree; compiling that tree is judged again
+        if event == "compile" and isinstance(args[0], ast.AST) and host_direct(frame):
+            return  # the host compiling a tree of its own (the runner's cells)
+        try:
+            handler(rules, event, args, frame)
+        except PolicyViolation:
+            raise
+        except Exception as exc:  # a bug here must not open the sandbox: refuse instead
+            raise rules.refuse(f"{event} (policy check failed: {type(exc).__name__})") from None
+
+    own_code = hook.__code__
+    return hook
 
 
-def _marshal(state: SandboxState, event: str, args: tuple[Any, ...], caller: FrameType) -> None:
-    if _importing(caller):
-        return
-    raise state.refuse("loading code objects (marshal)")
+def _forward_ref_evaluate() -> CodeType | None:
+    import typing
 
-
-def _from_cell(what: str) -> Handler:
-    def handler(state: SandboxState, event: str, args: tuple[Any, ...], caller: FrameType) -> None:
-        if _is_cell(caller):
-            detail = f" '{args[1]}'" if event.startswith("object.") and len(args) > 1 else ""
-            raise state.refuse(f"{what}{detail}")
-
-    return handler
-
-
-def _always(what: str, instead: str = "") -> Handler:
-    def handler(state: SandboxState, event: str, args: tuple[Any, ...], caller: FrameType) -> None:
-        raise state.refuse(f"{what} ({event})", instead)
-
-    return handler
-
-
-def _unless_importing(what: str) -> Handler:
-    """Refused for restricted code, allowed while a library initializes (numpy sets env vars)."""
-
-    def handler(state: SandboxState, event: str, args: tuple[Any, ...], caller: FrameType) -> None:
-        if not _importing(caller):
-            raise state.refuse(f"{what} ({event})")
-
-    return handler
-
-
-_PROCESSES = _always("starting or signalling processes")
-_NETWORK = _always("network access")
-_NATIVE = _always("native code and raw memory (ctypes)")
-_INTROSPECTION = _always("interpreter introspection")
-_TRACING = _always("tracing and profiling hooks")
-_SETTINGS = _unless_importing("changing process-wide settings")
-
-_HANDLERS: dict[str, tuple[Handler, bool]] = {
-    "open": (_open, True),
-    "os.listdir": (_listdir, True),
-    "os.scandir": (_listdir, True),
-    **dict.fromkeys(_WRITE_EVENTS, (_write_path, True)),
-    **dict.fromkeys(_READ_EVENTS, (_read_path, True)),
-    "os.symlink": (_always("creating symbolic links"), True),
-    "shutil.make_archive": (_always("creating archives"), True),
-    "exec": (_exec, True),
-    "marshal.load": (_marshal, True),
-    "marshal.loads": (_marshal, True),
-    "pickle.find_class": (_always("loading pickles", "pickles can run arbitrary code"), True),
-    "code.__new__": (_always("creating code objects"), True),
-    "function.__new__": (_always("creating functions from code objects"), True),
-    "sys._getframe": (_from_cell("reading interpreter frames"), False),
-    "object.__getattr__": (_from_cell("reading internal attribute"), False),
-    "object.__setattr__": (_from_cell("setting internal attribute"), False),
-    "object.__delattr__": (_from_cell("deleting internal attribute"), False),
-    "sys._current_frames": (_INTROSPECTION, True),
-    "sys._current_exceptions": (_INTROSPECTION, True),
-    "gc.get_objects": (_INTROSPECTION, True),
-    "gc.get_referrers": (_INTROSPECTION, True),
-    "gc.get_referents": (_INTROSPECTION, True),
-    "sys.addaudithook": (_always("adding audit hooks"), True),
-    "sys.settrace": (_TRACING, True),
-    "sys.setprofile": (_TRACING, True),
-    "sys._settraceallthreads": (_TRACING, True),
-    "sys._setprofileallthreads": (_TRACING, True),
-    "sys.monitoring.register_callback": (_TRACING, True),
-    "sys.set_asyncgen_hook_firstiter": (_TRACING, True),
-    "sys.set_asyncgen_hook_finalizer": (_TRACING, True),
-    "sys.remote_exec": (_TRACING, True),
-    "builtins.input": (_always("reading the host's stdin"), True),
-    "builtins.breakpoint": (_always("starting a debugger"), True),
-    "pdb.Pdb": (_always("starting a debugger"), True),
-    "_thread.start_new_thread": (_always("starting threads"), True),
-    "subprocess.Popen": (_PROCESSES, True),
-    "os.system": (_PROCESSES, True),
-    "os.exec": (_PROCESSES, True),
-    "os.posix_spawn": (_PROCESSES, True),
-    "os.spawn": (_PROCESSES, True),
-    "os.fork": (_PROCESSES, True),
-    "os.forkpty": (_PROCESSES, True),
-    "os.kill": (_PROCESSES, True),
-    "os.killpg": (_PROCESSES, True),
-    "os.startfile": (_PROCESSES, True),
-    "pty.spawn": (_PROCESSES, True),
-    "signal.pthread_kill": (_PROCESSES, True),
-    "webbrowser.open": (_PROCESSES, True),
-    "ensurepip.bootstrap": (_PROCESSES, True),
-    "os.chdir": (_SETTINGS, True),
-    "os.putenv": (_SETTINGS, True),
-    "os.unsetenv": (_SETTINGS, True),
-    "resource.setrlimit": (_SETTINGS, True),
-    "resource.prlimit": (_SETTINGS, True),
-    "os.lockf": (_SETTINGS, True),
-    "fcntl.fcntl": (_SETTINGS, True),
-    "fcntl.ioctl": (_SETTINGS, True),
-    "fcntl.flock": (_SETTINGS, True),
-    "fcntl.lockf": (_SETTINGS, True),
-    "syslog.openlog": (_SETTINGS, True),
-    "syslog.syslog": (_SETTINGS, True),
-    "syslog.setlogmask": (_SETTINGS, True),
-    "syslog.closelog": (_SETTINGS, True),
-    "mmap.__new__": (_always("mapping memory"), True),
-    "sqlite3.connect": (_always("opening databases"), True),
-    "sqlite3.connect/handle": (_always("opening databases"), True),
-    "sqlite3.enable_load_extension": (_NATIVE, True),
-    "sqlite3.load_extension": (_NATIVE, True),
-    "urllib.Request": (_NETWORK, True),
-    "http.client.connect": (_NETWORK, True),
-    "http.client.send": (_NETWORK, True),
-    **{
-        f"{mod}.{what}": (_NETWORK, True)
-        for mod, whats in {
-            "ftplib": ("connect", "sendcmd"),
-            "smtplib": ("connect", "send"),
-            "poplib": ("connect", "putline"),
-            "imaplib": ("open", "send"),
-            "nntplib": ("connect", "putline"),
-            "telnetlib": ("Telnet.open", "Telnet.write"),
-        }.items()
-        for what in whats
-    },
-    **{
-        f"socket.{what}": (_NETWORK, True)
-        for what in (
-            "__new__",
-            "bind",
-            "connect",
-            "getaddrinfo",
-            "gethostbyaddr",
-            "gethostbyname",
-            "gethostname",
-            "getnameinfo",
-            "getservbyname",
-            "getservbyport",
-            "sendmsg",
-            "sendto",
-            "sethostname",
-        )
-    },
-    **{
-        f"ctypes.{what}": (_NATIVE, True)
-        for what in (
-            "PyObj_FromPtr",
-            "addressof",
-            "call_function",
-            "cdata",
-            "cdata/buffer",
-            "create_string_buffer",
-            "create_unicode_buffer",
-            "dlopen",
-            "dlsym",
-            "dlsym/handle",
-            "get_errno",
-            "get_last_error",
-            "set_errno",
-            "set_exception",
-            "set_last_error",
-            "string_at",
-            "wstring_at",
-            "seh_exception",
-        )
-    },
-}
+    method = getattr(typing.ForwardRef, "_evaluate", None)
+    code = getattr(method, "__code__", None)
+    return code if isinstance(code, CodeType) else None

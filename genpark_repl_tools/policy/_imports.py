@@ -163,8 +163,11 @@ def special_values() -> dict[int, tuple[Any, Factory]]:
     import dataclasses
     import functools
     import operator
+    import pathlib
     import time
     import typing
+
+    from ._paths import SessionPath
 
     table: dict[int, tuple[Any, Factory]] = {}
 
@@ -181,6 +184,10 @@ def special_values() -> dict[int, tuple[Any, Factory]]:
     add(operator.attrgetter, lambda g, real: g.attrgetter)
     add(operator.methodcaller, lambda g, real: g.methodcaller)
     add(typing.get_origin, lambda g, real: g.get_origin)
+    # Path metadata (stat, readlink, owner) raises no audit event: the session's paths answer it
+    # only inside its workspace.
+    add(pathlib.Path, _constant(SessionPath))
+    add(type(pathlib.Path()), _constant(SessionPath))
     for cls, safe in _safe_enums().items():
         add(cls, _constant(safe))
     for cls, stepped in stepped_queues().items():

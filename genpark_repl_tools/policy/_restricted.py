@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import os
 import shutil
 import tempfile
@@ -12,19 +14,16 @@ from collections.abc import Hashable
 from typing import Any
 
 from .._models import AuditFinding
-from . import _audithook
+from . import _audithook, _paths
 from ._audit import audit
 from ._audithook import SandboxState
+from ._errors import PolicyViolation
 from ._guards import Execution, SessionGuards, current_execution
 from ._model import Policy
 from ._rules import rules_for
 from ._transform import transform
 
 __all__ = ["RestrictedRuntime"]
-
-# Modules whose own code may run exec() on behalf of restricted code: the runner (it executes the
-# audited cell), namedtuple and dataclasses (they generate methods from checked identifiers).
-_EXEC_CALLERS = ("genpark_repl_tools._runner", "collections", "dataclasses")
 
 
 class RestrictedRuntime:
@@ -47,7 +46,10 @@ class RestrictedRuntime:
         self._key = ("restricted", self.rules.key)
         self._workspace: str | None = None
         self._workspace_lock = threading.Lock()
-        self.state = SandboxState(policy.name, policy.files, self._resolve_workspace, _EXEC_CALLERS)
+        self.state = SandboxState(policy.name, policy.files, self._resolve_workspace)
+        self._spec: tuple[Any, ...] | None = None
+        # Before this runtime compiles anything: the hook approves the cells the host compiles.
+        _audithook.install()
 
     @property
     def name(self) -> str:
@@ -69,8 +71,7 @@ class RestrictedRuntime:
                     path = str(self.policy.workspace)
                     os.makedirs(path, exist_ok=True)
                 else:
-                    with _audithook.host_code():
-                        path = tempfile.mkdtemp(prefix="genpark-ws-")
+                    path = tempfile.mkdtemp(prefix="genpark-ws-")
                     weakref.finalize(self, _remove_workspace, path)
                 self._workspace = path
             return self._workspace
@@ -85,20 +86,30 @@ class RestrictedRuntime:
         return SessionGuards(self.policy, self.rules, self.state).builtins()
 
     def enter(self) -> Any:
-        _audithook.install()
-        if self.policy.files:
-            _ = self.state.workspace  # resolve (and create) it here, in the host's own context
+        # The workspace is resolved (and created) here, in the host's own context, before the hook
+        # judges anything; the hook keeps its own copy of these rules.
+        workspace = self.state.workspace if self.policy.files else None
+        if self._spec is None:
+            rules = self.rules
+            self._spec = _audithook.rules_spec(
+                self.policy.name, self.policy.files, workspace, rules.denied_attrs, rules.denied_prefixes
+            )
+        hook_token = _audithook.activate(self._spec)
         execution = Execution()
-        return (_audithook.activate(self.state), current_execution.set(execution), execution)
+        paths_token = _paths.enter(self.policy.name, workspace)
+        return (hook_token, current_execution.set(execution), execution, paths_token)
 
     def exit(self, token: Any) -> None:
-        hook_token, execution_token, execution = token
+        hook_token, execution_token, execution, paths_token = token
+        _paths.exit(paths_token)
         _audithook.deactivate(hook_token)
         current_execution.reset(execution_token)
         execution.restore()
 
 
 def _remove_workspace(path: str) -> None:
-    # Runs when the runtime is collected, which may happen while some cell is running.
-    with _audithook.host_code():
-        shutil.rmtree(path, ignore_errors=True)
+    # Runs when the runtime is collected. That may happen while a cell of another runtime runs; an
+    # empty context leaves that execution's rules behind, but if the collection happened inside
+    # sandboxed code the hook still refuses: the directory is then left to the system's temp cleanup.
+    with contextlib.suppress(PolicyViolation):
+        contextvars.Context().run(shutil.rmtree, path, ignore_errors=True)

@@ -27,7 +27,7 @@ from .._limits import Limits
 from .._models import SessionRestore, SkippedVariable, SnapshotManifest
 from .._session import Session, call_guarded
 from .._watchdog import ExecutionTimeout
-from ..policy._audithook import host_code
+from ..policy._audithook import adopt
 from ..policy._errors import PolicyViolation
 from ..policy._runtime import PolicyRuntime
 from . import _markers as markers
@@ -106,8 +106,7 @@ class _Rebuilder:
             if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[1], str):
                 raise SnapshotRefused(f"the snapshot has no source for {name!r}; nothing was loaded")
             count, source = entry
-            with host_code():  # the host compiles the recorded source; the policy audits it
-                cell = compile_cell(str(source), self.runtime)
+            cell = compile_cell(str(source), self.runtime)  # audited, transformed, as when it ran
             if cell.syntax_error is not None or cell.findings:
                 why = cell.findings[0].message if cell.findings else "a syntax error"
                 policy = self.runtime.name
@@ -115,6 +114,10 @@ class _Rebuilder:
                     f"the code of {name!r} is refused by policy '{policy}': {why}; nothing was loaded"
                 )
             codes = self._codes[filename] = cell_codes(cell)
+            # Its functions and class bodies are the session's code: the audit hook judges their
+            # frames as it judges the cell's (they run without the runner's exec, which would say so).
+            for code in codes:
+                adopt(code)
             self.session.sources[cell.filename] = (int(count), cell.lines)
         if not isinstance(index, int) or not 0 <= index < len(codes) or codes[index].co_name != name:
             raise SnapshotRefused(f"the snapshot's reference to {name!r} does not match its source")
@@ -130,8 +133,9 @@ class _Rebuilder:
             raise SnapshotRefused(f"the closure of {name!r} is not made of cells; nothing was loaded")
         if len(closure or ()) != len(code.co_freevars):
             raise SnapshotRefused(f"the closure of {name!r} does not match its code; nothing was loaded")
-        with host_code():  # code the policy just compiled from source, never code from the blob
-            fn = FunctionType(code, self.namespace, name, None, closure)
+        fn = FunctionType(
+            code, self.namespace, name, None, closure
+        )  # code compiled from source, not the blob
         fn.__qualname__ = str(qualname)
         return fn
 
@@ -168,8 +172,7 @@ class _Rebuilder:
             raise SnapshotRefused(f"the class {name!r} is malformed; nothing was loaded")
         if self.restricted and keywords:
             raise SnapshotRefused(f"the class {name!r} asks for a metaclass; nothing was loaded")
-        with host_code():
-            body = FunctionType(code, self.namespace, name)
+        body = FunctionType(code, self.namespace, name)
         build = self.table["__build_class__"] if self.restricted else builtins.__build_class__
         # The class statement's body runs again, as it did when the session defined the class
         # (under the session's guards); its attributes are then set to their saved values.

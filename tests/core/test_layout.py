@@ -10,8 +10,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 import genpark_repl_tools
 
 PACKAGE = genpark_repl_tools.__name__

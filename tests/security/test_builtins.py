@@ -136,7 +136,7 @@ def test_string_annotations_are_not_evaluated(engine: ReplEngine) -> None:
     assert refusal(run(engine, STRING_ANNOTATION)) == (
         "running code built at run time (exec, eval, templates, string annotations) is not allowed under "
         "policy "
-        f"'{engine.policy.name}'; write the code directly"
+        f"'{engine.policy.name}'; the annotation uses the private name '__class__'; write the code directly"
     )
     assert ok(
         run(engine, "import typing\ndef f(x: int) -> str:\n    pass\ntyping.get_type_hints(f)")
