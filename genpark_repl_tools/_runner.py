@@ -20,6 +20,7 @@ from typing import Any
 
 from ._capture import Capture, OutputCapture, capturing
 from ._compile import CELL_PREFIX, GUARD_NAME, CompiledCell
+from ._events import refusal_layer
 from ._introspect import describe_fields, type_name, value_repr
 from ._limits import Limits
 from ._models import ErrorInfo, ExecutionResult
@@ -133,6 +134,7 @@ def run_cell(
     that writes through to its file descriptors.
     """
     started = time.perf_counter()
+    cpu_started = time.thread_time()  # usage (issue 19): CPU of the thread that runs the cell
     session.execution_count += 1
     session.last_used = time.monotonic()
     # Built as one dict and validated once at the end: one pydantic call instead of one per model.
@@ -147,7 +149,9 @@ def run_cell(
     session.restarted = False
 
     if cell.syntax_error is not None:
-        fields.update(status="error", error=cell.syntax_error, duration_ms=_ms(started))
+        fields.update(
+            status="error", error=cell.syntax_error, duration_ms=_ms(started), usage=_cpu(cpu_started)
+        )
         return ExecutionResult.model_validate(fields)
     if cell.findings:
         first = cell.findings[0]
@@ -159,7 +163,13 @@ def run_cell(
             source_line=first.source_line,
             hint="Rewrite the code using only what the message above says is allowed.",
         )
-        fields.update(status="blocked", error=error, findings=list(cell.findings), duration_ms=_ms(started))
+        fields.update(
+            status="blocked",
+            error=error,
+            findings=list(cell.findings),
+            duration_ms=_ms(started),
+            usage=_cpu(cpu_started),
+        )
         return ExecutionResult.model_validate(fields)
 
     _remember_source(session, cell)
@@ -214,6 +224,7 @@ def run_cell(
         duration_ms=duration,
         attachments=figures.attachments,
         notes=figures.notes,
+        usage=_cpu(cpu_started),
     )
     if isinstance(stopped, ExecutionCancelled):
         fields.update(status="cancelled", error=_timeout_error(stopped, session, cell, limits, duration))
@@ -331,6 +342,10 @@ def _remember_source(session: Session, cell: CompiledCell) -> None:
 
 def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
+
+
+def _cpu(started: float) -> dict[str, float]:
+    return {"cpu_ms": round((time.thread_time() - started) * 1000, 3)}
 
 
 # ---- errors ---------------------------------------------------------------------------------------
@@ -452,6 +467,7 @@ def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit:
         source_line=anchor.source if anchor else None,
         traceback="\n".join(lines),
         hint=_hint(exc),
+        refused_by=refusal_layer(exc),
     )
 
 
