@@ -53,7 +53,9 @@ class Limits(BaseModel):
         description="CPU seconds one session may use over all its runs; checked before each run.",
     )
     max_history_cells: int = Field(
-        100, ge=0, description="Runs kept per session for engine.history() and notebook export (0: none)."
+        0,
+        ge=0,
+        description="Runs kept per session for engine.history() and notebook export (0, the default: none).",
     )
     max_history_bytes: int = Field(
         2_000_000, ge=0, description="Characters of code, output and figures kept per session's history."

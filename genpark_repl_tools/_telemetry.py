@@ -2,7 +2,7 @@
 
     ReplEngine()                        # auto: traced once the application sets a tracer provider
     ReplEngine(tracing=False)           # never
-    ReplEngine(tracing=True)            # the global provider, whenever one is set (needs the API)
+    ReplEngine(tracing=True)            # as auto, but fail at once if the API is not installed
     ReplEngine(tracing=my_provider)     # this TracerProvider
 
 Auto never imports OpenTelemetry: an application that traces has imported it already, and one that
@@ -33,30 +33,30 @@ _MAX_FINDINGS = 20
 class Tracing:
     """Resolves the tracer to use for a run, or None when spans would go nowhere."""
 
-    __slots__ = ("_mode", "_provider", "_tracer")
+    __slots__ = ("_fixed", "_mode", "_provider", "_tracer")
 
     def __init__(self, mode: bool | Any | None) -> None:
         self._mode = mode
+        self._fixed = mode is not None and mode is not True and mode is not False  # a provider object
         self._provider: Any = None
         self._tracer: Any = None
-        if mode is True or (mode is not None and mode is not False):
+        if mode is True or self._fixed:
             try:
-                from opentelemetry import trace
+                from opentelemetry import trace  # noqa: F401
             except ImportError as exc:
                 raise MissingDependency(
                     "tracing needs OpenTelemetry: pip install 'genpark-repl-tools[otel]'"
                 ) from exc
-            if mode is not True:
+            if self._fixed:
                 self._tracer = mode.get_tracer(__name__, _version())
-            else:
-                self._tracer = trace.get_tracer(__name__, _version())  # a proxy: follows the global provider
 
     def tracer(self) -> Any:
-        mode = self._mode
-        if mode is False:
-            return None
-        if mode is not None:
+        if self._fixed:
             return self._tracer
+        if self._mode is False:
+            return None
+        # Auto (and True): the global provider, looked up per run so one set later is picked up. Until
+        # an application sets one, spans would be non-recording: make none at all.
         trace = sys.modules.get("opentelemetry.trace")
         if trace is None:
             return None

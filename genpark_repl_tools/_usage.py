@@ -58,11 +58,17 @@ class Ledger:
     def __init__(self, limits: Limits) -> None:
         self.max_calls = limits.max_session_calls
         self.max_cpu_s = limits.max_session_cpu_s
+        self.budgeted = self.max_calls is not None or self.max_cpu_s is not None
         self._accounts: dict[str, _Account] = {}
         self._lock = threading.Lock()
 
     def admit(self, session: str, policy: str, boundary: str) -> tuple[ExecutionResult, str] | None:
-        """Reserve a call for `session`: None if it may run, else (the refusal, the rule spent)."""
+        """Reserve a call for `session`: None if it may run, else (the refusal, the rule spent).
+
+        Without budgets there is nothing to reserve: `record` counts the call.
+        """
+        if not self.budgeted:
+            return None
         with self._lock:
             account = self._accounts.get(session)
             if account is None:
@@ -100,6 +106,8 @@ class Ledger:
 
     def release(self, session: str) -> None:
         """Give back a reserved call that ran nothing (the boundary raised)."""
+        if not self.budgeted:
+            return
         with self._lock:
             account = self._accounts.get(session)
             if account is not None and account.calls:
@@ -110,8 +118,13 @@ class Ledger:
         cpu_ms = usage.cpu_ms
         with self._lock:
             account = self._accounts.get(result.session)
-            if account is None:  # forgotten (closed) while the call ran: nothing to charge
-                return
+            if self.budgeted:
+                if account is None:  # forgotten (closed) while the call ran: nothing to charge
+                    return
+            else:
+                if account is None:
+                    account = self._accounts[result.session] = _Account()
+                account.calls += 1
             account.count = result.execution_count
             account.wall_s += wall_s
             if cpu_ms is None:

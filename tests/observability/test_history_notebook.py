@@ -13,6 +13,8 @@ import pytest
 
 from genpark_repl_tools import Limits, ReplEngine
 
+KEEP = Limits(max_history_cells=100)
+
 nbformat = pytest.importorskip("nbformat")
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -24,7 +26,7 @@ ax.plot([1, 2, 3], [1, 4, 9])
 
 
 def test_history_keeps_each_run_with_its_result() -> None:
-    with ReplEngine() as engine:
+    with ReplEngine(limits=KEEP) as engine:
         engine.run("x = 1", "s", call_id="c1")
         engine.run("print(x)\nx + 1", "s", call_id="c2")
         engine.reset("s")
@@ -51,22 +53,23 @@ def test_history_is_bounded_by_cells() -> None:
 
 
 def test_history_is_bounded_by_bytes() -> None:
-    with ReplEngine(limits=Limits(max_history_bytes=10_000)) as engine:
+    with ReplEngine(limits=Limits(max_history_cells=100, max_history_bytes=10_000)) as engine:
         for i in range(10):
             engine.run(f"print('{i}' * 3000)")
         kept = engine.history()
         assert [h.code[7] for h in kept] == ["7", "8", "9"]  # 3 x ~3,000 characters fit, 4 do not
 
 
-def test_history_off_keeps_nothing() -> None:
-    with ReplEngine(limits=Limits(max_history_cells=0)) as engine:
+def test_history_is_off_by_default() -> None:
+    assert Limits().max_history_cells == 0
+    with ReplEngine() as engine:
         engine.run("x = 1")
         engine.reset()
         assert engine.history() == []
 
 
 def test_a_run_larger_than_the_budget_is_kept_without_its_figures() -> None:
-    limits = Limits(max_history_bytes=10_000)
+    limits = Limits(max_history_cells=100, max_history_bytes=10_000)
     with ReplEngine(limits=limits) as engine:
         result = engine.run(FIGURE)
         assert len(result.attachments) == 1  # the caller still gets the figure
@@ -83,7 +86,7 @@ def _png_size(data_base64: str) -> tuple[int, int]:
 
 def test_export_notebook_validates_and_opens_with_its_images(tmp_path: Path) -> None:
     path = tmp_path / "session.ipynb"
-    with ReplEngine() as engine:
+    with ReplEngine(limits=KEEP) as engine:
         engine.run("x = 41\nprint('hello')", "s", call_id="call_1")
         figure = engine.run(FIGURE, "s")
         engine.run("x + 1", "s")
@@ -131,7 +134,7 @@ def test_export_notebook_validates_and_opens_with_its_images(tmp_path: Path) -> 
 
 def test_the_exported_image_decodes_as_a_picture(tmp_path: Path) -> None:
     image_module = pytest.importorskip("matplotlib.image")
-    with ReplEngine() as engine:
+    with ReplEngine(limits=KEEP) as engine:
         engine.run(FIGURE)
         nb = engine.export_notebook()
     [output] = [
