@@ -24,15 +24,15 @@ ROWS = {
     "auto; API imported, no provider set": "api-only",
     "SDK provider, no exporter": "sdk",
     "SDK provider + in-memory exporter": "sdk-export",
-    "history off (max_history_cells=0)": "no-history",
+    "history on (max_history_cells=100)": "history",
 }
 
 
 def _engine_for(kind: str) -> Any:
     from genpark_repl_tools import Limits, ReplEngine
 
-    if kind == "no-history":
-        return ReplEngine(tracing=False, limits=Limits(max_history_cells=0))
+    if kind == "history":
+        return ReplEngine(tracing=False, limits=Limits(max_history_cells=100))
     if kind == "auto":
         return ReplEngine()
     from opentelemetry import trace
@@ -82,7 +82,7 @@ def measure(kind: str, seconds: float) -> dict[str, float]:
         other.close("default")
     if kind in ("sdk", "sdk-export"):
         assert other._observer.tracing.tracer() is not None, "the SDK provider was not picked up"
-    elif kind != "no-history":
+    elif kind != "history":
         assert other._observer.tracing.tracer() is None
     return {
         "baseline_us": min(base_times) * 1e6,
@@ -96,6 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--row", help=argparse.SUPPRESS)
+    parser.add_argument("--only", help="run only the rows whose label contains this text")
     args = parser.parse_args()
     if args.row:
         print(json.dumps(measure(args.row, args.seconds)))
@@ -103,6 +104,8 @@ def main() -> None:
     print("| configuration | x = 1, baseline (us) | x = 1, this row (us) | added, median (us) | rounds |")
     print("|---|---|---|---|---|")
     for label, kind in ROWS.items():
+        if args.only and args.only not in label:
+            continue
         out = subprocess.run(
             [sys.executable, __file__, "--row", kind, "--seconds", str(args.seconds)],
             capture_output=True,

@@ -134,7 +134,7 @@ def run_cell(
     that writes through to its file descriptors.
     """
     started = time.perf_counter()
-    cpu_started = time.thread_time()  # usage (issue 19): CPU of the thread that runs the cell
+    cpu_started = time.thread_time_ns()  # usage (issue 19): CPU of the thread that runs the cell
     session.execution_count += 1
     session.last_used = time.monotonic()
     # Built as one dict and validated once at the end: one pydantic call instead of one per model.
@@ -344,8 +344,8 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
-def _cpu(started: float) -> dict[str, float]:
-    return {"cpu_ms": round((time.thread_time() - started) * 1000, 3)}
+def _cpu(started_ns: int) -> dict[str, float]:
+    return {"cpu_ms": (time.thread_time_ns() - started_ns) // 1000 / 1000}
 
 
 # ---- errors ---------------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ class Tracing:
                     "tracing needs OpenTelemetry: pip install 'genpark-repl-tools[otel]'"
                 ) from exc
             if self._fixed:
-                self._tracer = mode.get_tracer(__name__, _version())
+                provider: Any = mode
+                self._tracer = provider.get_tracer(__name__, _version())
 
     def tracer(self) -> Any:
         if self._fixed:
