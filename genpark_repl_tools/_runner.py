@@ -460,6 +460,7 @@ def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit:
     lines = ["Traceback (most recent call last):", *_format_frames(frames), exception_only]
     return ErrorInfo(
         type=type_label,
+        refused_by=refusal_layer(exc),  # audit trail (issue 19): which protection refused, if one did
         message=message,
         line=anchor.line if anchor else None,
         column=anchor.column if anchor else None,
@@ -467,7 +468,6 @@ def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit:
         source_line=anchor.source if anchor else None,
         traceback="\n".join(lines),
         hint=_hint(exc),
-        refused_by=refusal_layer(exc),
     )
 
 
