@@ -65,7 +65,9 @@ class ReplEngine:
         self._closed = False
         # ---- observability and accounting (issue 19): budgets, spans, usage, audit events, history ----
         try:
-            self._observer = Observer(self.limits, on_event=on_event, audit_log=audit_log, tracing=tracing)
+            self._observer = Observer(
+                self.limits, self._boundary.sessions, on_event=on_event, audit_log=audit_log, tracing=tracing
+            )
         except BaseException:
             self._boundary.close()
             raise

@@ -23,11 +23,16 @@ __all__ = ["Observer"]
 
 EventSink = Callable[[AuditEvent], None]
 
+# Accounts and histories of sessions the boundary dropped by itself (idle eviction) are pruned once
+# there are this many, and again each time their number doubles past the live sessions.
+_PRUNE_AT = 1024
+
 
 class Observer:
     def __init__(
         self,
         limits: Limits,
+        live_sessions: Callable[[], list[str]],
         *,
         on_event: EventSink | None = None,
         audit_log: str | os.PathLike[str] | None = None,
@@ -40,6 +45,8 @@ class Observer:
         self.history = History(limits)
         self._log = JsonlAuditLog(audit_log) if audit_log is not None else None
         self._sinks: tuple[EventSink, ...] = tuple(s for s in (on_event, self._log) if s is not None)
+        self._live_sessions = live_sessions
+        self._prune_at = _PRUNE_AT
 
     def call(
         self,
@@ -79,7 +86,20 @@ class Observer:
             self.history.add(request.code, result, call_id)
         if span is not None:
             finish_span(span, result)
+        if self.ledger.size() > self._prune_at:
+            self._prune()
         return result
+
+    def _prune(self) -> None:
+        """Forget sessions the boundary no longer holds (closed by itself, e.g. evicted when idle).
+
+        Such a session that comes back starts a fresh account: its budget starts over.
+        """
+        live = set(self._live_sessions())
+        for session in self.ledger.sessions():
+            if session not in live:
+                self.forget(session)
+        self._prune_at = max(_PRUNE_AT, 2 * self.ledger.size())
 
     def reset(self, session: str) -> None:
         self.history.mark_reset(session)

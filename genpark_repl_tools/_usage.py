@@ -161,6 +161,9 @@ class Ledger:
         with self._lock:
             self._accounts.pop(session, None)
 
+    def size(self) -> int:
+        return len(self._accounts)
+
     def sessions(self) -> list[str]:
         with self._lock:
             return list(self._accounts)

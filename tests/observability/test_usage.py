@@ -98,3 +98,14 @@ def test_a_killed_worker_is_charged_its_wall_time() -> None:
         usage = engine.usage("crash")
         assert usage.cpu_estimated
         assert usage.cpu_s == pytest.approx(result.usage.wall_ms / 1000, rel=1e-3)
+
+
+def test_accounts_of_sessions_the_boundary_dropped_are_pruned() -> None:
+    with ReplEngine(limits=Limits(max_history_cells=5)) as engine:
+        for i in range(1100):
+            engine.run("x = 1", f"s{i}")
+            if i < 1000:
+                engine.boundary.close_session(f"s{i}")  # as an idle eviction would, behind the engine's back
+        assert engine.usage("s0").calls == 0 and engine.history("s0") == []
+        assert engine.usage("s1099").calls == 1 and len(engine.history("s1099")) == 1
+        assert engine.usage("s1000").calls == 1
