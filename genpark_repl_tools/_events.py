@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -151,6 +152,7 @@ class JsonlAuditLog:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._finalizer = weakref.finalize(self, os.close, self._fd)  # an engine dropped unclosed
 
     def __call__(self, event: AuditEvent) -> None:
         line = event.model_dump_json().encode() + b"\n"
@@ -164,6 +166,7 @@ class JsonlAuditLog:
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:
+                self._finalizer.detach()
                 os.close(self._fd)
                 self._fd = None
 

@@ -145,3 +145,18 @@ def test_a_failing_callback_is_logged_and_the_result_still_returned(caplog: pyte
 def test_on_event_must_be_callable() -> None:
     with pytest.raises(TypeError, match="on_event must be a callable"):
         ReplEngine(on_event="events.log")  # type: ignore[arg-type]
+
+
+def test_the_log_file_is_closed_with_the_engine(tmp_path: Path) -> None:
+    import os
+
+    log = tmp_path / "a.jsonl"
+
+    def open_on_log() -> int:
+        fds = os.listdir("/proc/self/fd")
+        return sum(1 for fd in fds if os.path.realpath(f"/proc/self/fd/{fd}") == str(log.resolve()))
+
+    engine = ReplEngine(audit_log=log)
+    assert open_on_log() == 1
+    engine.close()
+    assert open_on_log() == 0
