@@ -20,7 +20,6 @@ from typing import Any
 
 from ._capture import Capture, OutputCapture, capturing
 from ._compile import CELL_PREFIX, GUARD_NAME, CompiledCell
-from ._events import refusal_layer
 from ._introspect import describe_fields, type_name, value_repr
 from ._limits import Limits
 from ._models import ErrorInfo, ExecutionResult
@@ -442,6 +441,8 @@ def _suggest(exc: BaseException, ns: dict[str, Any]) -> str | None:
 
 
 def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit: int) -> ErrorInfo:
+    from ._events import refusal_layer  # audit trail (issue 19); imported here, on the error path only
+
     frames = _user_frames(exc.__traceback__, session, cell)
     exception_only = _exception_only(exc, session.namespace)
     if len(exception_only) > limit:
