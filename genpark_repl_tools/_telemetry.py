@@ -69,10 +69,14 @@ class Tracing:
         return self._tracer
 
 
-def _version() -> str:
-    from . import __version__
+def _version() -> str | None:
+    # From the installed metadata, not the package: importing it here would be an import cycle.
+    from importlib.metadata import PackageNotFoundError, version
 
-    return __version__
+    try:
+        return version("genpark-repl-tools")
+    except PackageNotFoundError:
+        return None
 
 
 def start_span(
