@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import os
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -11,9 +13,12 @@ from ._compile import parse
 from ._exceptions import EngineClosed, SessionNotFound
 from ._limits import Limits
 from ._models import AuditReport, ErrorInfo, ExecutionResult, SessionRestore, VariableInfo
+from ._observer import EventSink, Observer
 from .policy import Policy, runtime_for
 
 if TYPE_CHECKING:
+    from ._history import HistoryEntry
+    from ._usage import SessionUsage
     from .snapshot import SessionSnapshot
     from .snapshot._durable import Durability
     from .stores import SessionStore
@@ -44,6 +49,9 @@ class ReplEngine:
         *,
         store: SessionStore | None = None,
         snapshot_key: bytes | str | None = None,
+        on_event: EventSink | None = None,
+        audit_log: str | os.PathLike[str] | None = None,
+        tracing: bool | Any | None = None,
         **boundary_options: Any,
     ) -> None:
         if isinstance(boundary, BaseBoundary):
@@ -56,6 +64,14 @@ class ReplEngine:
                 raise TypeError(f"policy must be a preset name or a Policy, not {type(policy).__name__}")
             self._boundary = _make_boundary(boundary, resolved, limits or Limits(), boundary_options)
         self._closed = False
+        # ---- observability and accounting (issue 19): budgets, spans, usage, audit events, history ----
+        try:
+            self._observer = Observer(
+                self.limits, self._boundary.sessions, on_event=on_event, audit_log=audit_log, tracing=tracing
+            )
+        except BaseException:
+            self._boundary.close()
+            raise
         # ---- durable sessions (issue 13, phase 1: in-process boundary only) ----
         self._durable: Durability | None = None
         self._snapshot_key = snapshot_key
@@ -82,15 +98,33 @@ class ReplEngine:
 
     # ---- running --------------------------------------------------------------------------------
 
-    def run(self, code: str, session: str = "default", *, timeout_s: float | None = None) -> ExecutionResult:
-        """Run `code` in `session` and return what happened. Errors in the code are data, not raises."""
+    def run(
+        self,
+        code: str,
+        session: str = "default",
+        *,
+        timeout_s: float | None = None,
+        call_id: str | None = None,
+    ) -> ExecutionResult:
+        """Run `code` in `session` and return what happened. Errors in the code are data, not raises.
+
+        `call_id` (the model's tool-call id, if known) goes into the span, audit events and history.
+        """
         request = self._prepare(code, session, timeout_s)
         if isinstance(request, ExecutionResult):
             return request
-        return self._execute(request)
+        return self._observed(request, call_id)
+
+    def _observed(self, request: ExecutionRequest, call_id: str | None) -> ExecutionResult:
+        return self._observer.call(request, call_id, self.policy.name, self._boundary.name, self._execute)
 
     async def arun(
-        self, code: str, session: str = "default", *, timeout_s: float | None = None
+        self,
+        code: str,
+        session: str = "default",
+        *,
+        timeout_s: float | None = None,
+        call_id: str | None = None,
     ) -> ExecutionResult:
         """`run` without blocking the event loop (the code runs on a worker thread).
 
@@ -100,7 +134,11 @@ class ReplEngine:
         request = self._prepare(code, session, timeout_s)
         if isinstance(request, ExecutionResult):
             return request
-        future = asyncio.get_running_loop().run_in_executor(None, self._execute, request)
+        # The caller's context goes along (as with asyncio.to_thread), so the span nests under its span.
+        context = contextvars.copy_context()
+        future = asyncio.get_running_loop().run_in_executor(
+            None, context.run, self._observed, request, call_id
+        )
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -184,6 +222,7 @@ class ReplEngine:
         self._check_open()
         _check_session(session)
         self._boundary.reset(session)
+        self._observer.reset(session)
         if self._durable is not None:
             self._durable.forget(session)  # with a store, the stored snapshot goes too
 
@@ -226,11 +265,39 @@ class ReplEngine:
         if session is not None:
             self._check_open()
             _check_session(session)
+            self._observer.forget(session)
             return self._boundary.close_session(session)
         if not self._closed:
             self._closed = True
-            self._boundary.close()
+            try:
+                self._boundary.close()
+            finally:
+                self._observer.close()
         return True
+
+    # ---- observability and accounting (issue 19) ----------------------------------------------------
+
+    def usage(self, session: str = "default") -> SessionUsage:
+        """What `session` has used so far (calls, CPU, wall time, peak memory) and what its budget leaves."""
+        _check_session(session)
+        return self._observer.ledger.usage(session)
+
+    def history(self, session: str = "default") -> list[HistoryEntry]:
+        """The session's recent runs, oldest first (bounded by Limits.max_history_cells / _bytes)."""
+        _check_session(session)
+        return self._observer.history.entries(session)[0]
+
+    def export_notebook(self, session: str = "default", path: str | os.PathLike[str] | None = None) -> Any:
+        """The session's history as a Jupyter notebook (an nbformat NotebookNode), written to `path`
+        if given. Needs the `notebook` extra (nbformat)."""
+        _check_session(session)
+        from .notebook import history_notebook
+
+        entries, dropped = self._observer.history.entries(session)
+        return history_notebook(
+            entries, session=session, policy=self.policy.name, boundary=self._boundary.name,
+            dropped=dropped, path=path,
+        )  # fmt: skip
 
     def __enter__(self) -> ReplEngine:
         return self

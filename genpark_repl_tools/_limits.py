@@ -43,3 +43,20 @@ class Limits(BaseModel):
         ge=10_000,
         description="Largest PNG attached; larger figures are re-rendered at lower dpi.",
     )
+    # ---- observability and accounting (issue 19): enforced by the engine, for every boundary ----
+    max_session_calls: int | None = Field(
+        None, gt=0, description="Runs one session may make; later runs are refused (a budget)."
+    )
+    max_session_cpu_s: float | None = Field(
+        None,
+        gt=0,
+        description="CPU seconds one session may use over all its runs; checked before each run.",
+    )
+    max_history_cells: int = Field(
+        0,
+        ge=0,
+        description="Runs kept per session for engine.history() and notebook export (0, the default: none).",
+    )
+    max_history_bytes: int = Field(
+        2_000_000, ge=0, description="Characters of code, output and figures kept per session's history."
+    )

@@ -22,6 +22,7 @@ __all__ = [
     "SnapshotManifest",
     "SnapshotVariable",
     "Status",
+    "Usage",
     "VariableChanges",
     "VariableInfo",
 ]
@@ -97,6 +98,38 @@ class ErrorInfo(_Model):
     source_line: str | None = None
     traceback: str = Field("", description="Traceback of the user's own frames only, with source lines.")
     hint: str | None = Field(None, description="What to do about it, for the model.")
+    refused_by: Literal["guard", "audit_hook", "os"] | None = Field(
+        None,
+        description=(
+            "Set when a protection refused what the code did (the exception or its cause): 'guard' (a "
+            "runtime guard of the policy), 'audit_hook' (the policy's audit hook), 'os' (the operating "
+            "system: a permission error or an unreachable network; in the subprocess boundary, usually "
+            "its sandbox)."
+        ),
+    )
+
+
+class Usage(_Model):
+    """What one run used (observability, issue 19). A figure a boundary cannot measure is None."""
+
+    wall_ms: float = Field(
+        0.0, description="Wall time of the call as the engine saw it: waiting, worker start, transport."
+    )
+    cpu_ms: float | None = Field(
+        None,
+        description=(
+            "CPU time of the run: the executing thread's in-process (threads the code starts are not "
+            "counted); the worker process's in the subprocess boundary (its threads and reaped child "
+            "processes included). None when the worker was killed before it could report."
+        ),
+    )
+    peak_memory_mb: float | None = Field(
+        None,
+        description=(
+            "Subprocess boundary: peak resident memory of the session's worker process so far. A "
+            "high-water mark of the process, so it covers this run and every earlier one of the worker."
+        ),
+    )
 
 
 class Attachment(_Model):
@@ -192,6 +225,7 @@ class ExecutionResult(_Model):
     notes: list[str] = Field(
         default_factory=list, description="Caveats about this run, for people and models."
     )
+    usage: Usage = Field(default_factory=Usage, description="Time and memory the run used.")
 
     @property
     def ok(self) -> bool:

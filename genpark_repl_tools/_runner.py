@@ -62,6 +62,7 @@ def run_cell(
     that writes through to its file descriptors.
     """
     started = time.perf_counter()
+    cpu_started = time.thread_time_ns()  # usage (issue 19): CPU of the thread that runs the cell
     session.execution_count += 1
     session.last_used = time.monotonic()
     # Built as one dict and validated once at the end: one pydantic call instead of one per model.
@@ -76,7 +77,9 @@ def run_cell(
     session.restarted = False
 
     if cell.syntax_error is not None:
-        fields.update(status="error", error=cell.syntax_error, duration_ms=_ms(started))
+        fields.update(
+            status="error", error=cell.syntax_error, duration_ms=_ms(started), usage=_cpu(cpu_started)
+        )
         return ExecutionResult.model_validate(fields)
     if cell.findings:
         first = cell.findings[0]
@@ -88,7 +91,13 @@ def run_cell(
             source_line=first.source_line,
             hint="Rewrite the code using only what the message above says is allowed.",
         )
-        fields.update(status="blocked", error=error, findings=list(cell.findings), duration_ms=_ms(started))
+        fields.update(
+            status="blocked",
+            error=error,
+            findings=list(cell.findings),
+            duration_ms=_ms(started),
+            usage=_cpu(cpu_started),
+        )
         return ExecutionResult.model_validate(fields)
 
     _remember_source(session, cell)
@@ -143,6 +152,7 @@ def run_cell(
         duration_ms=duration,
         attachments=figures.attachments,
         notes=figures.notes,
+        usage=_cpu(cpu_started),
     )
     if isinstance(stopped, ExecutionCancelled):
         fields.update(status="cancelled", error=_timeout_error(stopped, session, cell, limits, duration))
@@ -262,6 +272,10 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
+def _cpu(started_ns: int) -> dict[str, float]:
+    return {"cpu_ms": (time.thread_time_ns() - started_ns) // 1000 / 1000}
+
+
 # ---- errors ---------------------------------------------------------------------------------------
 
 
@@ -356,6 +370,8 @@ def _suggest(exc: BaseException, ns: dict[str, Any]) -> str | None:
 
 
 def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit: int) -> ErrorInfo:
+    from ._events import refusal_layer  # audit trail (issue 19); imported here, on the error path only
+
     frames = _user_frames(exc.__traceback__, session, cell)
     exception_only = _exception_only(exc, session.namespace)
     if len(exception_only) > limit:
@@ -374,6 +390,7 @@ def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit:
     lines = ["Traceback (most recent call last):", *_format_frames(frames), exception_only]
     return ErrorInfo(
         type=type_label,
+        refused_by=refusal_layer(exc),  # audit trail (issue 19): which protection refused, if one did
         message=message,
         line=anchor.line if anchor else None,
         column=anchor.column if anchor else None,

@@ -18,6 +18,7 @@ import functools
 import io
 import json
 import os
+import resource
 import signal
 import socket
 import struct
@@ -240,6 +241,7 @@ class _Worker:
     def _exec(self, payload: bytes) -> bytes:
         request = json.loads(payload)
         started = time.perf_counter()
+        cpu_started = _process_cpu_s()
         try:
             limits = self._limits_for(float(request["timeout_s"]))
             cell = compile_cell(request["code"], self.runtime)
@@ -249,6 +251,9 @@ class _Worker:
                 result = run_cell(
                     self.session, cell, self.runtime, limits, self.boundary, capture_factory=_FdCapture
                 )
+            # usage (issue 19): the whole worker's CPU, and its peak memory (a process high-water mark)
+            result.usage.cpu_ms = round((_process_cpu_s() - cpu_started) * 1000, 3)
+            result.usage.peak_memory_mb = _peak_memory_mb()
             return result.model_dump_json().encode()
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
             fallback = ExecutionResult(
@@ -292,6 +297,16 @@ class _Worker:
                 session.reset()
                 return P.ACK, b""
         raise P.ProtocolError(f"unknown request kind {kind!r}")
+
+
+def _process_cpu_s() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _peak_memory_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
 def serve(
