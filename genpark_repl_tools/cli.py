@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
         "server says so on stderr). Needs genpark-repl-tools[mcp].",
         epilog=f"HTTP bearer tokens come from ${_TOKENS_ENV} or --token-file, one a line: TOKEN or "
         "NAME TOKEN. They are required unless --host is loopback. See docs/cli.md.",
+        # `--token SECRET` must not pass as an abbreviation of --token-file: secrets stay out of `ps`.
+        allow_abbrev=False,
     )
     mcp.add_argument(
         "--max-sessions",
@@ -447,17 +449,20 @@ def _mcp_engine(args: argparse.Namespace, limits: dict[str, Any]) -> ReplEngine:
         return _make_engine(args, **limits)
     chosen = argparse.Namespace(**vars(args), boundary="subprocess")
     try:
-        engine = _make_engine(chosen, **limits)
-    except UsageError as exc:
-        reason = str(exc)
+        from .boundaries import subprocess  # noqa: F401  # needs fork and fcntl: not on Windows
+    except ImportError as exc:
+        reason = f"the subprocess boundary is not available on this OS ({exc})"
     else:
+        engine = _make_engine(chosen, **limits)
         try:
             engine.describe()  # starts the worker template, so a broken setup shows now, not mid-call
         except ReplError as exc:
             engine.close()
-            reason = f"boundary 'subprocess' did not start: {exc}"
+            reason = f"the subprocess boundary did not start ({exc})"
         else:
             return engine
+    if hasattr(args, "memory_mb") or hasattr(args, "cpu_s"):
+        raise UsageError(f"{reason}; --memory-mb and --cpu-s need it")
     print(
         f"{_PROG}: {reason}; running code in-process instead: the policy's guards without an OS "
         "sandbox (docs/security.md). --boundary inprocess silences this.",
