@@ -18,6 +18,7 @@ import base64
 import binascii
 import codeop
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -449,7 +450,7 @@ def _mcp_engine(args: argparse.Namespace, limits: dict[str, Any]) -> ReplEngine:
         return _make_engine(args, **limits)
     chosen = argparse.Namespace(**vars(args), boundary="subprocess")
     try:
-        from .boundaries import subprocess  # noqa: F401  # needs fork and fcntl: not on Windows
+        importlib.import_module(".boundaries.subprocess", __package__)  # needs fork and fcntl: not on Windows
     except ImportError as exc:
         reason = f"the subprocess boundary is not available on this OS ({exc})"
     else:
