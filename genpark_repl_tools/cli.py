@@ -257,8 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="WARNING",
         help="server log level (logs go to stderr; default: WARNING)",
     )
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     http = mcp.add_argument_group("streamable HTTP (--transport http)")
-    http.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     http.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     http.add_argument("--port", type=_port, default=8000, help="TCP port (default: 8000; 0 picks a free one)")
     http.add_argument("--path", default="/mcp", help="endpoint path (default: /mcp)")

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from _mcp_http import connect, run_http_server
+from _mcp_http import TOKENS, connect, run_http_server
 from mcp_types import TextContent
 
 from genpark_repl_tools import cli
@@ -99,6 +99,27 @@ def test_tokens_from_the_environment(tmp_path: Path) -> None:
     options = ("--policy", "trusted", "--boundary", "inprocess")
     with run_http_server(tmp_path, *options, env={ENV: f"from-env {TOKEN}"}) as server:
         anyio.run(scenario, server.url)
+
+
+def test_a_foreign_host_header_is_refused_unless_allowed(tmp_path: Path) -> None:
+    # DNS-rebinding protection on loopback; a reverse proxy's public name is let in with --allow-host.
+    import httpx
+
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {TOKENS['alice']}",
+        "Host": "mcp.example.com",
+    }
+    options = ("--policy", "trusted", "--boundary", "inprocess")
+    with run_http_server(tmp_path, *options) as server:
+        refused = httpx.post(server.url, content=body, headers=headers, timeout=30)
+        assert refused.status_code == 421, refused.text
+    with run_http_server(tmp_path, *options, "--allow-host", "mcp.example.com") as server:
+        allowed = httpx.post(server.url, content=body, headers=headers, timeout=30)
+        assert allowed.status_code != 421, allowed.text
+        assert "Invalid Host header" not in allowed.text
 
 
 # ---- the default boundary (issue 12) -------------------------------------------------------------
