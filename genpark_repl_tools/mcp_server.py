@@ -232,7 +232,7 @@ class _ReplTools:
         # subprocess boundary closes idle ones); its id stays usable for run_python, which starts it
         # again. Touched only on the event loop, so no lock.
         self._issued: OrderedDict[str, None] = OrderedDict()
-        self._starting: dict[str, int] = {}  # new sessions per client whose first run is under way
+        self._starting: set[str] = set()  # engine ids of new sessions whose first run is under way
 
     async def run_python(
         self,
@@ -243,18 +243,19 @@ class _ReplTools:
         client = _CLIENT.get()
         if session_id is None:
             session_id = f"s-{secrets.token_hex(6)}"
-            await self._check_session_room(client)
             live = True
         else:
             live = await self._require_session(session_id, running=True)
         engine_id = client + session_id
         if new_session:
-            self._starting[client] = self._starting.get(client, 0) + 1
+            # Counted before the first await, so concurrent calls cannot all pass the limit.
+            self._starting.add(engine_id)
         try:
+            if new_session:
+                await self._check_session_room(client, engine_id)
             reply = await tools.arun_python(self._engine, code, engine_id)
         finally:
-            if new_session:
-                self._starting[client] -= 1
+            self._starting.discard(engine_id)
         if reply.result is not None:
             self._issue(engine_id)
             update: dict[str, Any] = {}
@@ -295,14 +296,15 @@ class _ReplTools:
         while len(self._issued) > _ISSUED_KEPT:
             self._issued.popitem(last=False)
 
-    async def _check_session_room(self, client: str) -> None:
+    async def _check_session_room(self, client: str, new: str) -> None:
+        """Refuse the new session `new` (in `_starting`) beyond the client's limit."""
         if self._max_sessions is None:
             return
         live = await anyio.to_thread.run_sync(self._engine.sessions)
-        count = sum(1 for sid in live if sid.startswith(client)) + self._starting.get(client, 0)
-        if count >= self._max_sessions:
+        others = len({sid for sid in (*live, *self._starting) if sid.startswith(client)} - {new})
+        if others >= self._max_sessions:
             raise ToolError(
-                f"this client already has {count} sessions, the server's limit per client: pass the "
+                f"this client already has {others} sessions, the server's limit per client: pass the "
                 "session_id of one of them to keep working there (reset_session empties it), or wait "
                 "until an idle one is closed."
             )
