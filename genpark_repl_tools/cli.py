@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import json
 import os
+import signal
 import sys
 import tokenize
 import warnings
@@ -427,6 +428,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
             sessions_per_client=args.max_sessions_per_client,
             max_body_bytes=args.max_body_bytes,
         )
+        # uvicorn stops on SIGTERM, then raises it again: as SystemExit, not death by signal, the
+        # engine is closed on the way out (worker processes stopped, workspaces removed).
+        signal.signal(signal.SIGTERM, _exit_on_signal)
         try:
             mcp_server.serve_http(
                 engine,
@@ -441,6 +445,10 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         except OSError as exc:  # the address is taken, or not this machine's
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
     return EXIT_OK
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _mcp_engine(args: argparse.Namespace, limits: dict[str, Any]) -> ReplEngine:

@@ -3,6 +3,8 @@ loopback rule, and the default boundary (subprocess, or in-process said on stder
 
 from __future__ import annotations
 
+import ast
+import signal
 import sys
 from pathlib import Path
 
@@ -135,6 +137,27 @@ def test_mcp_runs_code_in_subprocesses_by_default(capsys: pytest.CaptureFixture[
         assert engine.boundary.name == "subprocess"
         assert engine.run("1 + 1").value == "2"
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no subprocess boundary on Windows")
+def test_the_http_server_runs_code_in_subprocesses_and_cleans_up_on_sigterm(tmp_path: Path) -> None:
+    async def scenario(url: str) -> Path:
+        with anyio.fail_after(60):
+            async with connect(url, TOKENS["alice"]) as client:
+                result = await client.call_tool("run_python", {"code": "import os\nos.getcwd()"})
+                assert result.structured_content is not None
+                telemetry = result.structured_content["result"]
+                assert telemetry["boundary"] == "subprocess"
+                return Path(ast.literal_eval(telemetry["value"]))
+
+    with run_http_server(tmp_path, "--policy", "trusted") as server:
+        workspace = anyio.run(scenario, server.url)
+        assert workspace.is_dir()
+        server.process.terminate()
+        assert server.process.wait(30) == 128 + signal.SIGTERM
+    assert not workspace.exists()
+    assert "Traceback" not in "".join(server.stderr)
+    assert "in-process" not in "".join(server.stderr)
 
 
 def test_mcp_falls_back_to_in_process_and_says_so(
