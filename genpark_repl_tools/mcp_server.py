@@ -304,9 +304,9 @@ class _ReplTools:
         others = len({sid for sid in (*live, *self._starting) if sid.startswith(client)} - {new})
         if others >= self._max_sessions:
             raise ToolError(
-                f"this client already has {others} sessions, the server's limit per client: pass the "
-                "session_id of one of them to keep working there (reset_session empties it), or wait "
-                "until an idle one is closed."
+                f"this client already has {self._max_sessions} sessions, the server's limit per client: "
+                "pass the session_id of one of them to keep working there (reset_session empties it), or "
+                "wait until an idle one is closed."
             )
 
     async def _require_session(self, session_id: str, *, running: bool = False) -> bool:

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("mcp")
 
 import httpx
-from _mcp_http import TOKENS, HttpServer, connect, raised
+from _mcp_http import TOKENS, HttpServer, connect, raised, run_http_server
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ImageContent, TextContent
 
@@ -276,8 +276,8 @@ def test_sessions_per_client_are_limited(http_server: HttpServer) -> None:
             result = await grace.call_tool("run_python", {"code": "n = 1"})
             assert result.is_error is True
             assert text_of(result).startswith(
-                "run_python: this client already has 3 sessions, the server's limit per client: pass the "
-                "session_id of one of them"
+                "run_python: this client already has 3 sessions, the server's limit per client: "
+                "pass the session_id of one of them"
             ), text_of(result)
             # Existing sessions keep working, and other clients are not affected.
             assert "Out: 1" in text_of(
@@ -346,3 +346,46 @@ def test_the_server_keeps_serving_after_a_client_disconnects_mid_call(
     run(scenario)
     assert http_server.process.poll() is None
     assert "Traceback" not in "".join(http_server.stderr)
+
+
+def test_concurrent_new_sessions_respect_the_limit(tmp_path: Path) -> None:
+    # Six overlapping first calls, two sessions allowed. (The window in which two checks could both
+    # pass is a thread hop wide; this shows the limit holds under concurrency, it cannot force that race.)
+    release = tmp_path / "release"
+    calls = 6
+
+    def blocker(index: int) -> str:
+        return (
+            "import pathlib, time\n"
+            f"pathlib.Path({str(tmp_path / f'started-{index}')!r}).touch()\n"
+            "deadline = time.monotonic() + 30\n"
+            f"while not pathlib.Path({str(release)!r}).exists() and time.monotonic() < deadline:\n"
+            "    time.sleep(0.02)\n"
+        )
+
+    options = ("--policy", "trusted", "--boundary", "inprocess", "--max-calls-per-client", "8")
+    with run_http_server(tmp_path, *options, "--max-sessions-per-client", "2") as server:
+
+        async def scenario() -> None:
+            refused: list[str] = []
+            accepted: list[CallToolResult] = []
+
+            async def call(index: int) -> None:
+                result = await client.call_tool("run_python", {"code": blocker(index)})
+                if result.is_error:
+                    refused.append(text_of(result))
+                else:
+                    accepted.append(result)
+
+            async with connect(server.url, TOKENS["alice"]) as client, anyio.create_task_group() as group:
+                for index in range(calls):
+                    group.start_soon(call, index)
+                # Every call has either started its code or been refused: all of them overlapped.
+                while len(refused) + len(list(tmp_path.glob("started-*"))) < calls:
+                    await anyio.sleep(0.02)
+                release.touch()
+            assert len(accepted) == 2, refused
+            assert len(refused) == calls - 2
+            assert all("already has 2 sessions, the server's limit per client" in text for text in refused)
+
+        run(scenario)
