@@ -4,6 +4,7 @@
     genpark-repl run script.py            run a file as one cell; the exit code is its status
     genpark-repl audit script.py          the policy's static verdict, without running anything
     genpark-repl mcp                      an MCP stdio server (needs genpark-repl-tools[mcp])
+    genpark-repl mcp --transport http     the same over streamable HTTP (see docs/cli.md)
 
 Exit codes of `run` (and `audit`): 0 ok, 1 error in the code (audit: a syntax error), 2 usage or setup
 error (or the engine failed), 3 blocked by the policy, 4 timeout, 5 crashed, 6 cancelled.
@@ -17,8 +18,10 @@ import base64
 import binascii
 import codeop
 import contextlib
+import importlib
 import json
 import os
+import signal
 import sys
 import tokenize
 import warnings
@@ -73,6 +76,8 @@ _REPL_SESSION = "repl"
 _PS1, _PS2 = ">>> ", "... "
 _HISTORY_ENV = "GENPARK_REPL_HISTORY"
 _HISTORY_DEFAULT = "~/.genpark_repl_history"
+# Bearer tokens for `mcp --transport http`: never a command-line value, which `ps` shows to every user.
+_TOKENS_ENV = "GENPARK_REPL_MCP_TOKENS"
 _IMAGE_SUFFIXES = {
     "image/png": ".png",
     "image/jpeg": ".jpg",
@@ -111,6 +116,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0-65535, got {text}")
     return value
 
 
@@ -215,9 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser(
         "mcp",
         parents=[policy_opts, engine_opts],
-        help="serve the engine over MCP (stdio)",
-        description="An MCP server on stdin/stdout with the tools run_python, list_variables, "
-        "inspect_variable and reset_session. Needs genpark-repl-tools[mcp].",
+        help="serve the engine over MCP (stdio or streamable HTTP)",
+        description="An MCP server with the tools run_python, list_variables, inspect_variable and "
+        "reset_session, on stdin/stdout or over streamable HTTP. Code runs on the subprocess boundary "
+        "unless --boundary says otherwise (in-process where the OS has no subprocess boundary; the "
+        "server says so on stderr). Needs genpark-repl-tools[mcp].",
+        epilog=f"HTTP bearer tokens come from ${_TOKENS_ENV} or --token-file, one a line: TOKEN or "
+        "NAME TOKEN. They are required unless --host is loopback. See docs/cli.md.",
+        # `--token SECRET` must not pass as an abbreviation of --token-file: secrets stay out of `ps`.
+        allow_abbrev=False,
     )
     mcp.add_argument(
         "--max-sessions",
@@ -238,6 +259,46 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
         default="WARNING",
         help="server log level (logs go to stderr; default: WARNING)",
+    )
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
+    http = mcp.add_argument_group("streamable HTTP (--transport http)")
+    http.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    http.add_argument("--port", type=_port, default=8000, help="TCP port (default: 8000; 0 picks a free one)")
+    http.add_argument("--path", default="/mcp", help="endpoint path (default: /mcp)")
+    http.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"bearer tokens, one a line (TOKEN or NAME TOKEN); or set ${_TOKENS_ENV}",
+    )
+    http.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a Host header to accept besides loopback, e.g. mcp.example.com:* (behind a reverse proxy)",
+    )
+    http.add_argument(
+        "--max-calls-per-client",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="tool calls one client may run at once (default: 4)",
+    )
+    http.add_argument(
+        "--max-sessions-per-client",
+        type=_positive_int,
+        default=16,
+        metavar="N",
+        help="live sessions one client may hold (default: 16)",
+    )
+    http.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=4 * 1024 * 1024,
+        metavar="N",
+        help="largest HTTP request body (default: 4194304)",
     )
     return parser
 
@@ -349,13 +410,98 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
     try:
-        from .mcp_server import serve_stdio
+        from . import mcp_server
     except MissingDependency as exc:
         raise UsageError(str(exc)) from exc
+    http = args.transport == "http"
+    tokens = _mcp_tokens(args, mcp_server.load_tokens) if http else None
+    if http and not tokens and not mcp_server.is_loopback(args.host):
+        raise UsageError(
+            f"--host {args.host} is not loopback: anyone who can reach it could run code. Give bearer "
+            f"tokens in ${_TOKENS_ENV} or --token-file (see docs/cli.md)."
+        )
     limits = {name: getattr(args, name) for name in ("max_sessions", "max_code_chars") if hasattr(args, name)}
-    with _make_engine(args, **limits) as engine:
-        serve_stdio(engine, log_level=args.log_level)
+    with _mcp_engine(args, limits) as engine:
+        if not http:
+            mcp_server.serve_stdio(engine, log_level=args.log_level)
+            return EXIT_OK
+        http_limits = mcp_server.HttpLimits(
+            calls_per_client=args.max_calls_per_client,
+            sessions_per_client=args.max_sessions_per_client,
+            max_body_bytes=args.max_body_bytes,
+        )
+        # uvicorn stops on SIGTERM, then raises it again: as SystemExit, not death by signal, the
+        # engine is closed on the way out (worker processes stopped, workspaces removed).
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+        try:
+            mcp_server.serve_http(
+                engine,
+                host=args.host,
+                port=args.port,
+                tokens=tokens,
+                limits=http_limits,
+                path=args.path,
+                allowed_hosts=tuple(args.allow_host),
+                log_level=args.log_level,
+            )
+        except OSError as exc:  # the address is taken, or not this machine's
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
     return EXIT_OK
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _mcp_engine(args: argparse.Namespace, limits: dict[str, Any]) -> ReplEngine:
+    """The engine `mcp` serves: an MCP server runs whatever a model writes, so its default boundary is
+    the subprocess one; where this OS cannot run it, in-process, said on stderr."""
+    if hasattr(args, "boundary"):
+        return _make_engine(args, **limits)
+    chosen = argparse.Namespace(**vars(args), boundary="subprocess")
+    try:
+        importlib.import_module(".boundaries.subprocess", __package__)  # needs fork and fcntl: not on Windows
+    except ImportError as exc:
+        reason = f"the subprocess boundary is not available on this OS ({exc})"
+    else:
+        engine = _make_engine(chosen, **limits)
+        try:
+            engine.describe()  # starts the worker template, so a broken setup shows now, not mid-call
+        except ReplError as exc:
+            engine.close()
+            reason = f"the subprocess boundary did not start ({exc})"
+        else:
+            return engine
+    if hasattr(args, "memory_mb") or hasattr(args, "cpu_s"):
+        raise UsageError(f"{reason}; --memory-mb and --cpu-s need it")
+    print(
+        f"{_PROG}: {reason}; running code in-process instead: the policy's guards without an OS "
+        "sandbox (docs/security.md). --boundary inprocess silences this.",
+        file=sys.stderr,
+        flush=True,
+    )
+    chosen.boundary = "inprocess"
+    return _make_engine(chosen, **limits)
+
+
+def _mcp_tokens(args: argparse.Namespace, load: Callable[..., dict[str, str]]) -> dict[str, str] | None:
+    """Bearer tokens from the environment and/or --token-file; None when neither gives any."""
+    sources: list[tuple[str, str]] = []
+    env = os.environ.get(_TOKENS_ENV, "")
+    if env.strip():
+        sources.append((f"${_TOKENS_ENV}", env))
+    if args.token_file is not None:
+        try:
+            sources.append((str(args.token_file), args.token_file.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read --token-file {args.token_file}: {exc}") from exc
+    tokens: dict[str, str] = {}
+    for source, text in sources:
+        try:
+            tokens.update(load(text, source=source))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None  # never echo the file: it holds secrets
+    return tokens or None
 
 
 def _render(reply: ToolReply, as_json: bool) -> str:

@@ -1,6 +1,7 @@
 """The engine as an MCP server: run Python, list and inspect variables, reset a session.
 
     genpark-repl mcp --policy trusted --timeout 10        # stdio, for any MCP client
+    genpark-repl mcp --transport http --port 8000         # streamable HTTP (see docs/cli.md)
 
     from genpark_repl_tools import ReplEngine
     from genpark_repl_tools.mcp_server import create_server
@@ -8,14 +9,24 @@
 
 The protocol is stateless (mcp >= 2), so a conversation's state needs an explicit handle: every tool takes
 an optional `session_id` and every result returns it. `run_python` without one starts a new session.
+Over HTTP (`http_app`, `serve_http`) each bearer token is a client: its handles name sessions only it can
+reach, and it has its own limits on concurrent calls and sessions.
 Needs the `mcp` extra: `pip install 'genpark-repl-tools[mcp]'`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
+import ipaddress
 import secrets
+import socket
+import sys
 from collections import OrderedDict
-from typing import Annotated, Any, Literal
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -44,6 +55,9 @@ def _missing_sdk_message(error: ImportError) -> str:
 
 try:
     import anyio.to_thread
+    from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.auth.settings import AuthSettings
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.context import Context
     from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
@@ -60,7 +74,11 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test without the SDK
     raise MissingDependency(_missing_sdk_message(exc)) from exc
 
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
 __all__ = [
+    "HttpLimits",
     "ImageInfo",
     "InspectOutput",
     "LogLevel",
@@ -68,7 +86,11 @@ __all__ = [
     "RunOutput",
     "VariablesOutput",
     "create_server",
+    "http_app",
+    "is_loopback",
+    "load_tokens",
     "result_to_mcp",
+    "serve_http",
     "serve_stdio",
 ]
 
@@ -77,6 +99,10 @@ SERVER_NAME = "genpark-repl"
 _ISSUED_KEPT = 100_000  # remembered session ids; the oldest are forgotten first
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+# The client a tool call comes from: over HTTP the token's client name plus "/", prefixed to every engine
+# session id, so a handle names a session of its own client only. Empty over stdio (one client).
+_CLIENT: ContextVar[str] = ContextVar("genpark_repl_mcp_client", default="")
 
 _INSTRUCTIONS = (
     "Runs Python in persistent sessions. Call run_python without session_id to start a session; "
@@ -197,16 +223,19 @@ def _to_mcp(reply: ToolReply, *, new_session: bool = False) -> CallToolResult:
 class _ReplTools:
     """The four tools of the core's tool layer, bound to one engine, with explicit session handles.
 
-    Security model: the engine's policy and boundary (see `ReplEngine`); this layer adds no isolation,
-    and a client can reach every session whose id it knows.
+    Security model: the engine's policy and boundary (see `ReplEngine`). Over stdio a client can reach
+    every session whose id it knows. Over HTTP every engine session id starts with the calling client's
+    name (`_CLIENT`), so a handle only ever names a session of the client that presents it.
     """
 
-    def __init__(self, engine: ReplEngine) -> None:
+    def __init__(self, engine: ReplEngine, *, max_sessions_per_client: int | None = None) -> None:
         self._engine = engine
-        # Ids this server handed out. A boundary may close a session on its own (the subprocess
-        # boundary closes idle ones); its id stays usable for run_python, which starts it again.
-        # Touched only on the event loop, so no lock.
+        self._max_sessions = max_sessions_per_client
+        # Engine session ids this server handed out. A boundary may close a session on its own (the
+        # subprocess boundary closes idle ones); its id stays usable for run_python, which starts it
+        # again. Touched only on the event loop, so no lock.
         self._issued: OrderedDict[str, None] = OrderedDict()
+        self._starting: set[str] = set()  # engine ids of new sessions whose first run is under way
 
     async def run_python(
         self,
@@ -214,50 +243,81 @@ class _ReplTools:
         session_id: Annotated[str | None, _NEW_OR_OLD_SESSION] = None,
     ) -> Annotated[CallToolResult, RunOutput]:
         new_session = session_id is None
+        client = _CLIENT.get()
         if session_id is None:
             session_id = f"s-{secrets.token_hex(6)}"
             live = True
         else:
             live = await self._require_session(session_id, running=True)
-        reply = await tools.arun_python(self._engine, code, session_id)
+        engine_id = client + session_id
+        if new_session:
+            # Counted before the first await, so concurrent calls cannot all pass the limit.
+            self._starting.add(engine_id)
+        try:
+            if new_session:
+                await self._check_session_room(client, engine_id)
+            reply = await tools.arun_python(self._engine, code, engine_id)
+        finally:
+            self._starting.discard(engine_id)
         if reply.result is not None:
-            self._issue(session_id)
+            self._issue(engine_id)
+            update: dict[str, Any] = {}
+            if client:
+                update["session"] = session_id  # the client's handle, not the engine's scoped id
             if not live and not reply.result.session_restarted:
                 # The boundary forgot the session without saying so; the model must not expect old
                 # variables.
-                restarted = reply.result.model_copy(update={"session_restarted": True})
-                reply = tools.run_reply(restarted, session_id, self._engine.limits.max_observation_chars)
+                update["session_restarted"] = True
+            if update:
+                result = reply.result.model_copy(update=update)
+                reply = tools.run_reply(result, session_id, self._engine.limits.max_observation_chars)
+        reply.session = session_id
         return _to_mcp(reply, new_session=new_session)
 
     async def list_variables(
         self, session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, VariablesOutput]:
         await self._require_session(session_id)
-        return _to_mcp(await tools.alist_variables(self._engine, session_id))
+        return _to_mcp(_as_handle(await tools.alist_variables(self._engine, _CLIENT.get() + session_id)))
 
     async def inspect_variable(
         self, name: Annotated[str, _NAME], session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, InspectOutput]:
         await self._require_session(session_id)
-        return _to_mcp(await tools.ainspect_variable(self._engine, name, session_id))
+        reply = await tools.ainspect_variable(self._engine, name, _CLIENT.get() + session_id)
+        return _to_mcp(_as_handle(reply))
 
     async def reset_session(
         self, session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, ResetOutput]:
         await self._require_session(session_id)
-        return _to_mcp(await tools.areset_session(self._engine, session_id))
+        return _to_mcp(_as_handle(await tools.areset_session(self._engine, _CLIENT.get() + session_id)))
 
-    def _issue(self, session_id: str) -> None:
-        self._issued[session_id] = None
-        self._issued.move_to_end(session_id)
+    def _issue(self, engine_id: str) -> None:
+        self._issued[engine_id] = None
+        self._issued.move_to_end(engine_id)
         while len(self._issued) > _ISSUED_KEPT:
             self._issued.popitem(last=False)
 
+    async def _check_session_room(self, client: str, new: str) -> None:
+        """Refuse the new session `new` (in `_starting`) beyond the client's limit."""
+        if self._max_sessions is None:
+            return
+        live = await anyio.to_thread.run_sync(self._engine.sessions)
+        others = len({sid for sid in (*live, *self._starting) if sid.startswith(client)} - {new})
+        if others >= self._max_sessions:
+            raise ToolError(
+                f"this client already has {self._max_sessions} sessions, the server's limit per client: "
+                "pass the session_id of one of them to keep working there (reset_session empties it), or "
+                "wait until an idle one is closed."
+            )
+
     async def _require_session(self, session_id: str, *, running: bool = False) -> bool:
         """True if the session is live; False if it was closed but `running` may start it again."""
-        if session_id in await anyio.to_thread.run_sync(self._engine.sessions):
+        engine_id = _CLIENT.get() + session_id
+        if engine_id in await anyio.to_thread.run_sync(self._engine.sessions):
             return True
-        if session_id in self._issued:
+        if engine_id in self._issued:
             if running:
                 return False
             raise ToolError(
@@ -268,6 +328,14 @@ class _ReplTools:
             f"unknown session_id {session_id!r:.80}: no such session on this server (it may have "
             "restarted). Call run_python without session_id to start a new session."
         )
+
+
+def _as_handle(reply: ToolReply) -> ToolReply:
+    """The reply with the client's handle in place of the engine's session id (they differ over HTTP)."""
+    client = _CLIENT.get()
+    if client:
+        reply.session = reply.session.removeprefix(client)
+    return reply
 
 
 class _ReplServer(MCPServer[Any]):
@@ -330,13 +398,17 @@ def create_server(
     """An MCP server whose tools run code in `engine`'s sessions. The caller owns (and closes) the engine."""
     from . import __version__
 
-    handlers = _ReplTools(engine)
     server = _ReplServer(
         name=name,
         version=__version__,
         instructions=_INSTRUCTIONS,
         log_level=log_level,
     )
+    _add_tools(server, engine, _ReplTools(engine))
+    return server
+
+
+def _add_tools(server: MCPServer[Any], engine: ReplEngine, handlers: _ReplTools) -> None:
     for spec, handler, extra in (
         (tools.RUN_PYTHON, handlers.run_python, _RUN_HANDLE),
         (tools.LIST_VARIABLES, handlers.list_variables, ""),
@@ -355,9 +427,229 @@ def create_server(
                 idempotent_hint=spec is not tools.RUN_PYTHON,
             ),
         )
-    return server
 
 
 def serve_stdio(engine: ReplEngine, *, log_level: LogLevel = "WARNING") -> None:
     """Serve `engine` over stdin/stdout until the client disconnects."""
     create_server(engine, log_level=log_level).run("stdio")
+
+
+# ---- streamable HTTP ---------------------------------------------------------------------------
+
+DEFAULT_PATH = "/mcp"
+_MIN_TOKEN_CHARS = 16
+_CLIENT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-@")
+
+
+class HttpLimits(BaseModel):
+    """What one client of the HTTP server may hold at once (a client is a bearer token's name; without
+    tokens, every caller together). `None` lifts a limit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    calls_per_client: int | None = Field(default=4, gt=0, description="Tool calls running at once.")
+    sessions_per_client: int | None = Field(default=16, gt=0, description="Live sessions (handles).")
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Largest HTTP request body.")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` serves this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def load_tokens(text: str, *, source: str = "tokens") -> dict[str, str]:
+    """Parse bearer tokens: one a line, `TOKEN` or `NAME TOKEN`; blank lines and `#` comments skipped.
+
+    Returns {token: client name}. A name groups tokens into one client (so a token can be rotated
+    without losing its sessions); a token without one is its own client, named after its hash.
+    """
+    found: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        if len(fields) > 2:
+            raise ValueError(
+                f"{source}, line {number}: expected TOKEN or NAME TOKEN, found {len(fields)} fields"
+            )
+        token = fields[-1]
+        if len(token) < _MIN_TOKEN_CHARS or not token.isascii() or not token.isprintable():
+            raise ValueError(
+                f"{source}, line {number}: a token needs at least {_MIN_TOKEN_CHARS} printable ASCII "
+                "characters (make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        if len(fields) == 2:
+            name = fields[0]
+            if len(name) > 64 or not set(name) <= _CLIENT_NAME_CHARS:
+                raise ValueError(f"{source}, line {number}: a client name is 1-64 of A-Z a-z 0-9 _ . - @")
+        else:
+            name = "token-" + hashlib.sha256(token.encode()).hexdigest()[:12]
+        if found.setdefault(token, name) != name:
+            raise ValueError(f"{source}, line {number}: this token is already listed for {found[token]!r}")
+    if not found:
+        raise ValueError(f"{source}: no token found")
+    return found
+
+
+class _StaticTokens:
+    """The SDK's TokenVerifier for a fixed set of bearer tokens, each naming a client.
+
+    Security model: a token is a shared secret; it is compared by its SHA-256 digest in constant time,
+    so neither its length nor a prefix leaks through timing. Use TLS (a reverse proxy) off loopback.
+    """
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        self._digests = [(hashlib.sha256(t.encode()).digest(), name) for t, name in tokens.items()]
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        client = None
+        for known, name in self._digests:  # no early exit: every token costs the same
+            if hmac.compare_digest(known, digest):
+                client = name
+        return None if client is None else AccessToken(token=token, client_id=client, scopes=[])
+
+
+class _HttpReplServer(_ReplServer):
+    """`_ReplServer` for many clients: each call runs as its token's client (`_CLIENT`), and a client
+    with `calls_per_client` calls running is refused another. Security model: `_ReplTools` over HTTP."""
+
+    def __init__(self, *, calls_per_client: int | None, **options: Any) -> None:
+        super().__init__(**options)
+        self._calls_per_client = calls_per_client
+        self._running: dict[str, int] = {}  # touched only on the event loop
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        access = get_access_token()
+        client = "" if access is None else f"{access.client_id}/"
+        running = self._running.get(client, 0)
+        if self._calls_per_client is not None and running >= self._calls_per_client:
+            raise ToolError(
+                f"{name}: this client already has {running} calls running, the server's limit per client; "
+                "wait for one to finish, then call again."
+            )
+        self._running[client] = running + 1
+        scope = _CLIENT.set(client)
+        try:
+            return await super().call_tool(name, arguments, context)
+        finally:
+            _CLIENT.reset(scope)
+            self._running[client] -= 1
+            if not self._running[client]:
+                del self._running[client]
+
+
+def http_app(
+    engine: ReplEngine,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    limits: HttpLimits | None = None,
+    host: str = "127.0.0.1",
+    path: str = DEFAULT_PATH,
+    allowed_hosts: tuple[str, ...] = (),
+    name: str = SERVER_NAME,
+    log_level: LogLevel = "WARNING",
+) -> Starlette:
+    """The MCP server as an ASGI app speaking streamable HTTP at `path`; run it with any ASGI server.
+
+    `tokens` ({token: client name}, see `load_tokens`): every request needs `Authorization: Bearer
+    TOKEN`, else HTTP 401 with `WWW-Authenticate: Bearer`; each client sees only its own sessions.
+    Without tokens, anyone who can connect is one shared client: only for loopback. `host` is what
+    the app is bound to: on loopback, requests must name a loopback host (DNS-rebinding protection)
+    or one of `allowed_hosts` ("name:port", "name:*"). The caller owns (and closes) the engine.
+    """
+    from . import __version__
+
+    limits = limits or HttpLimits()
+    auth: dict[str, Any] = {}
+    if tokens:
+        auth["token_verifier"] = _StaticTokens(tokens)
+        # Static tokens, no OAuth: the SDK wants an issuer URL, used only with an authorization server
+        # or `resource_server_url`, neither of which is set.
+        auth["auth"] = AuthSettings(issuer_url="https://localhost", resource_server_url=None)
+    server = _HttpReplServer(
+        calls_per_client=limits.calls_per_client,
+        name=name,
+        version=__version__,
+        instructions=_INSTRUCTIONS,
+        log_level=log_level,
+        **auth,
+    )
+    _add_tools(server, engine, _ReplTools(engine, max_sessions_per_client=limits.sessions_per_client))
+    security = None
+    if is_loopback(host) or allowed_hosts:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        loopback = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+        security = TransportSecuritySettings(
+            allowed_hosts=[*loopback, *allowed_hosts],
+            allowed_origins=[f"http://{h}" for h in loopback] + [f"https://{h}" for h in allowed_hosts],
+        )
+    return server.streamable_http_app(
+        streamable_http_path=path,
+        max_request_body_size=limits.max_body_bytes,
+        transport_security=security,
+        host=host,
+    )
+
+
+def serve_http(
+    engine: ReplEngine,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    tokens: Mapping[str, str] | None = None,
+    limits: HttpLimits | None = None,
+    path: str = DEFAULT_PATH,
+    allowed_hosts: tuple[str, ...] = (),
+    log_level: LogLevel = "WARNING",
+) -> None:
+    """Serve `engine` over streamable HTTP until interrupted; port 0 picks a free port. The address is
+    written to stderr once the server listens. Refuses to serve a non-loopback `host` without tokens."""
+    if not tokens and not is_loopback(host):
+        raise ValueError(f"serving on {host!r} (not loopback) needs bearer tokens")
+    try:
+        import uvicorn
+    except ImportError as exc:  # pragma: no cover - uvicorn comes with the mcp extra
+        raise MissingDependency(f"serving over HTTP needs uvicorn: {exc}") from exc
+    app = http_app(
+        engine,
+        tokens=tokens,
+        limits=limits,
+        host=host,
+        path=path,
+        allowed_hosts=allowed_hosts,
+        log_level=log_level,
+    )
+    with _listening(host, port) as sock:
+        bound = sock.getsockname()[1]
+        shown = f"[{host.strip('[]')}]" if ":" in host else host
+        print(f"genpark-repl: MCP over HTTP at http://{shown}:{bound}{path}", file=sys.stderr, flush=True)
+        config = uvicorn.Config(
+            app, log_level=log_level.lower(), timeout_graceful_shutdown=5, server_header=False
+        )
+        anyio.run(uvicorn.Server(config).serve, [sock])
+
+
+@contextlib.contextmanager
+def _listening(host: str, port: int) -> Iterator[socket.socket]:
+    """A listening socket (bound before uvicorn starts, so port 0 can be reported)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        yield sock
+    finally:
+        sock.close()
