@@ -9,6 +9,10 @@ the executed code (trusted policy) assigned `sys.stdout` itself.
 
 Threads started by the executed code do not inherit the context (CPython does not copy it into new
 threads), so their output goes to the host's stream; asyncio tasks do inherit it.
+
+Captured text follows one rule on every boundary (_text): lone surrogates and bytes that are not
+UTF-8 (`sys.stdout.buffer.write`) become backslash escapes as they are written, so the bounds
+count the same characters the subprocess boundary's host counts.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import sys
 import threading
 from contextvars import ContextVar
 from typing import Any, Protocol, TextIO
+
+from ._text import BYTES_ERRORS, clean
 
 __all__ = ["BoundedText", "Capture", "OutputCapture", "TextSink", "capturing"]
 
@@ -112,7 +118,8 @@ class _BinaryView:
         self._target = target
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        self._target.write(bytes(data).decode("utf-8", "replace"))
+        data = bytes(data)
+        self._target.write(data.decode("utf-8", BYTES_ERRORS))
         return len(data)
 
     def flush(self) -> None:
@@ -137,10 +144,14 @@ class _Router(io.TextIOBase):
         target = self._target()
         if target is None:
             return self.fallback.write(s) if self.fallback is not None else len(s)
+        if type(s) is str and s.isascii():  # the common case, at the cost of one check
+            target.write(s)
+            return len(s)
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        target.write(s)
-        return len(s)
+        n = str.__len__(s)
+        target.write(clean(s))  # what a pipe to the host would carry: see _text
+        return n
 
     def writelines(self, lines: Any) -> None:
         for line in lines:

@@ -8,7 +8,7 @@ from typing import Any
 from ._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from ._compile import compile_cell
 from ._exceptions import CapacityError, SessionNotFound, VariableNotFound
-from ._introspect import describe
+from ._introspect import describe, variable_name
 from ._limits import Limits
 from ._models import ExecutionResult, VariableInfo
 from ._runner import Session, call_guarded, run_cell
@@ -142,6 +142,9 @@ class InProcessBoundary(BaseBoundary):
             )
         except ExecutionTimeout:
             info = VariableInfo(
-                name=name, type=type(value).__name__, repr="<repr timed out>", repr_truncated=True
+                name=variable_name(name, self.limits.max_repr_chars),
+                type=type(value).__name__,
+                repr="<repr timed out>",
+                repr_truncated=True,
             )
         return info

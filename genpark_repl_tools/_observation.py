@@ -1,8 +1,14 @@
-"""Render an ExecutionResult as the text a model reads: short, exact, actionable."""
+"""Render an ExecutionResult as the text a model reads: short, exact, actionable.
+
+Control characters the code printed or returned (ANSI escape sequences, NUL, a bare carriage
+return) are shown as `\\xNN` escapes: the result's data keeps them as written, the model reads
+`\\x1b[31m` instead of invisible bytes, and a terminal showing the text is not driven by them.
+"""
 
 from __future__ import annotations
 
 from ._models import ExecutionResult, VariableInfo, _caret, _finding_text
+from ._text import escape_controls
 
 __all__ = ["render_observation", "render_variable", "render_variables", "variable_label"]
 
@@ -53,7 +59,7 @@ def render_observation(result: ExecutionResult, max_chars: int | None = None) ->
         else:
             parts.append(f"{header}\n{body}")
     parts.extend(tail)
-    text = "\n".join(parts)
+    text = escape_controls("\n".join(parts))
     return text if len(text) <= budget else _cut(text, budget)
 
 
@@ -124,7 +130,7 @@ def render_variable(info: VariableInfo) -> str:
     if info.summary:
         lines.append(info.summary)
     lines.append(info.repr + (" (shortened)" if info.repr_truncated else ""))
-    return "\n".join(lines)
+    return escape_controls("\n".join(lines))
 
 
 _LISTED_REPR_CHARS = 60
@@ -150,7 +156,7 @@ def render_variables(infos: list[VariableInfo], max_chars: int | None = None) ->
             break
         lines.append(line)
         used += len(line) + 1
-    return "\n".join(lines)
+    return escape_controls("\n".join(lines))
 
 
 def _changes_line(result: ExecutionResult) -> str:

@@ -20,10 +20,11 @@ from typing import Any
 
 from ._capture import Capture, OutputCapture, capturing
 from ._compile import CELL_PREFIX, GUARD_NAME, CompiledCell
-from ._introspect import describe_fields, type_name, value_repr
+from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
 from ._models import ErrorInfo, ExecutionResult
 from ._rich import FigureOwner, FigureRun
+from ._text import clean
 from ._watchdog import ExecutionCancelled, ExecutionTimeout, Slot, check_expired, watchdog
 from .policy._runtime import PolicyRuntime
 
@@ -97,7 +98,9 @@ class Session:
 
         names = []
         for key, value in self.namespace.items():
-            if not include_hidden and (key.startswith("_") or isinstance(value, types.ModuleType)):
+            if not isinstance(key, str):  # `globals()[1] = ...`: not a variable anyone can name
+                continue
+            if not include_hidden and (str.startswith(key, "_") or isinstance(value, types.ModuleType)):
                 continue
             if key == "__builtins__":
                 continue
@@ -234,7 +237,7 @@ def run_cell(
             status="error",
             error=ErrorInfo(
                 type="InternalError",
-                message=f"{type(stopped).__name__} while describing the result: {stopped}"[:500],
+                message=clean(f"{type(stopped).__name__} while describing the result: {stopped}"[:500]),
                 hint="The code itself ran; its variables are kept. Please report this as a bug.",
             ),
         )
@@ -299,16 +302,16 @@ def _changes(ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit:
     created: list[dict[str, Any]] = []
     rebound: list[dict[str, Any]] = []
     deleted: list[str] = []
-    names = sorted(set(before) | set(ns)) if full_diff else sorted(before)
+    names = sorted(k for k in set(before) | set(ns) if isinstance(k, str)) if full_diff else sorted(before)
     for name in names:
-        if name.startswith("__"):
+        if str.startswith(name, "__"):
             continue
         old = before.get(name, _MISSING)
         new = ns.get(name, _MISSING)
         if old is new:
             continue
         if new is _MISSING:
-            deleted.append(name)
+            deleted.append(variable_name(name, limit))
         elif old is _MISSING:
             created.append(describe_fields(name, new, limit))
         else:
@@ -404,7 +407,7 @@ def _exception_only(exc: BaseException, ns: dict[str, Any]) -> str:
             if suggestion:
                 head, sep, rest = text.partition("\n")
                 text = f"{head}. Did you mean: '{suggestion}'?{sep}{rest}"
-        return text
+        return clean(text)
     except ExecutionTimeout:
         raise
     except BaseException:  # a user exception whose __str__ fails
@@ -450,7 +453,7 @@ def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit:
         column=anchor.column if anchor else None,
         end_column=anchor.end_column if anchor else None,
         source_line=anchor.source if anchor else None,
-        traceback="\n".join(lines),
+        traceback=clean("\n".join(lines)),  # frame names are the code's (`co_name` can be any string)
         hint=_hint(exc),
     )
 
@@ -489,7 +492,7 @@ def _timeout_error(
         message=message,
         line=anchor.line if anchor else None,
         source_line=anchor.source if anchor else None,
-        traceback="\n".join(["Stopped at (most recent call last):", *_format_frames(frames)])
+        traceback=clean("\n".join(["Stopped at (most recent call last):", *_format_frames(frames)]))
         if frames
         else "",
         hint=hint,

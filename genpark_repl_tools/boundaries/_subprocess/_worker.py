@@ -28,10 +28,11 @@ from typing import Any
 
 from ..._boundary import ExecutionRequest, cancelled_before_start
 from ..._compile import compile_cell
-from ..._introspect import describe
+from ..._introspect import describe, variable_name
 from ..._limits import Limits
 from ..._models import ErrorInfo, ExecutionResult, VariableInfo
 from ..._runner import Session, call_guarded, run_cell
+from ..._text import clean
 from ..._watchdog import ExecutionTimeout, watchdog
 from ...policy import PolicyRuntime
 from . import _protocol as P
@@ -47,6 +48,10 @@ _EAGER_LINES = 200
 _BATCH_S = 0.01
 # The whole variables() listing shares one budget, so many slow reprs cannot stall the host.
 _DESCRIBE_BUDGET_S = 5.0
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "backslashreplace")  # the one rule for text that is not UTF-8 (_text)
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:
@@ -73,7 +78,7 @@ class _FdText:
         self._lines = 0
 
     def write(self, text: str) -> None:
-        data = text.encode("utf-8", "backslashreplace")
+        data = _encode(text)
         self._buf += data
         if len(self._buf) >= _FLUSH_AT:
             self.flush()
@@ -205,7 +210,7 @@ class _Worker:
                     try:
                         reply_kind, reply = self._query(kind, payload)
                     except Exception as exc:  # an infrastructure failure here; tell the host what broke
-                        reply_kind, reply = P.FAILED, f"{type(exc).__name__}: {exc}".encode()
+                        reply_kind, reply = P.FAILED, _encode(f"{type(exc).__name__}: {exc}")
             finally:
                 self.current = 0
                 self.session.cancel_pending = False
@@ -261,7 +266,7 @@ class _Worker:
                 duration_ms=round((time.perf_counter() - started) * 1000, 3),
                 error=ErrorInfo(
                     type=type(exc).__name__,
-                    message=f"the worker could not report this run: {exc}"[:2000],
+                    message=clean(f"the worker could not report this run: {exc}"[:2000]),
                     hint="The session is still alive; retry with smaller values or output.",
                 ),
             )
@@ -289,7 +294,7 @@ class _Worker:
             if kind == P.INSPECT:
                 name = request["name"]
                 if name not in session.namespace or name == "__builtins__":
-                    return P.NOT_FOUND, f"name {name!r} is not defined in session {session.name!r}".encode()
+                    return P.NOT_FOUND, _encode(f"name {name!r} is not defined in session {session.name!r}")
                 deadline = time.monotonic() + min(self.limits.timeout_s, _DESCRIBE_BUDGET_S)
                 return P.VARIABLE, self._describe(name, deadline).model_dump_json().encode()
             if kind == P.RESET:
@@ -317,7 +322,10 @@ class _Worker:
             else:
                 return info
         return VariableInfo(
-            name=name, type=type(value).__name__, repr="<repr timed out>", repr_truncated=True
+            name=variable_name(name, self.limits.max_repr_chars),
+            type=type(value).__name__,
+            repr="<repr timed out>",
+            repr_truncated=True,
         )
 
 
