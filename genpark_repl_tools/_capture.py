@@ -144,14 +144,20 @@ class _Router(io.TextIOBase):
         target = self._target()
         if target is None:
             return self.fallback.write(s) if self.fallback is not None else len(s)
-        if type(s) is str and s.isascii():  # the common case, at the cost of one check
+        if type(s) is str:
+            # Text as a pipe to the host would carry it (see _text); ASCII costs one check.
+            if not s.isascii():
+                try:
+                    s.encode("utf-8")
+                except UnicodeEncodeError:
+                    target.write(clean(s))
+                    return len(s)
             target.write(s)
             return len(s)
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        n = str.__len__(s)
-        target.write(clean(s))  # what a pipe to the host would carry: see _text
-        return n
+        target.write(clean(s))  # a str subclass: read as a plain str, its methods never run
+        return str.__len__(s)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:

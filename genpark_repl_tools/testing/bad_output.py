@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._models import ExecutionResult
+
 __all__ = [
     "BAD_OUTPUTS",
     "BAD_OUTPUT_TIMEOUT_S",
@@ -163,6 +165,36 @@ BAD_OUTPUTS: tuple[BadOutput, ...] = (
         created=("caf\\udce9", "n" * _REPR_CHARS + "... [3,000 more characters]", "two words\n"),
     ),
 )
+
+
+def assert_bad_output(result: ExecutionResult, case: BadOutput) -> None:
+    """`result` says what `case` expects; its observation shows control characters as escapes."""
+    error = result.error
+    assert result.status == case.status, result.to_observation()
+    if case.stdout is not None:
+        assert result.stdout == case.stdout
+    if case.stderr is not None:
+        assert result.stderr == case.stderr
+    if case.value_pinned:
+        assert result.value == case.value
+    for part in case.value_contains:
+        assert result.value is not None and part in result.value
+    if case.error_type is not None:
+        assert error is not None and error.type == case.error_type
+    if case.error_message is not None:
+        assert error is not None and error.message == case.error_message
+    if case.created is not None:
+        assert [v.name for v in result.changes.created] == list(case.created)
+    assert_bad_text(result.to_observation(), case)
+
+
+def assert_bad_text(text: str, case: BadOutput) -> None:
+    """A frontend's text for `case`: UTF-8, with the expected snippets, control characters escaped."""
+    text.encode("utf-8")
+    for part in case.observation:
+        assert part in text
+    assert "\x1b" not in text and "\x00" not in text  # shown as escapes, never raw
+
 
 # Bytes written straight to file descriptor 1 (os.write, C printf): the subprocess boundary captures
 # them as stdout; in-process they go wherever fd 1 points (under `mcp`, the server's stderr).

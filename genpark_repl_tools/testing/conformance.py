@@ -17,7 +17,7 @@ from .._engine import ReplEngine
 from .._exceptions import EngineClosed, SessionNotFound, VariableNotFound
 from .._limits import Limits
 from .._models import ExecutionResult
-from .bad_output import BAD_OUTPUT_TIMEOUT_S, BAD_OUTPUTS, BadOutput, kind_of
+from .bad_output import BAD_OUTPUT_TIMEOUT_S, BAD_OUTPUTS, BadOutput, assert_bad_output, kind_of
 
 MakeEngine = Callable[..., ReplEngine]
 
@@ -379,7 +379,7 @@ class BoundaryConformance:
         # The endless __repr__ is stopped sooner: waiting out the generous limit proves nothing more.
         timeout_s = 1.0 if case.status == "timeout" else None
         result = engine.run(case.code, session="bad", timeout_s=timeout_s)
-        _assert_bad_output(result, case)
+        assert_bad_output(result, case)
         # Any UTF-8 transport carries it, and it reads back as it was.
         dumped = result.model_dump_json()
         dumped.encode("utf-8")
@@ -406,29 +406,6 @@ class _Abandon(Exception):
 
 def _raise_in_thread(tid: int, exc: type[BaseException]) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(exc))
-
-
-def _assert_bad_output(result: ExecutionResult, case: BadOutput) -> None:
-    error = result.error
-    assert result.status == case.status, result.to_observation()
-    if case.stdout is not None:
-        assert result.stdout == case.stdout
-    if case.stderr is not None:
-        assert result.stderr == case.stderr
-    if case.value_pinned:
-        assert result.value == case.value
-    for part in case.value_contains:
-        assert result.value is not None and part in result.value
-    if case.error_type is not None:
-        assert error is not None and error.type == case.error_type
-    if case.error_message is not None:
-        assert error is not None and error.message == case.error_message
-    if case.created is not None:
-        assert [v.name for v in result.changes.created] == list(case.created)
-    observation = result.to_observation()
-    for part in case.observation:
-        assert part in observation
-    assert "\x1b" not in observation and "\x00" not in observation  # shown as escapes, never raw
 
 
 def _same_text(result: ExecutionResult) -> dict[str, Any]:
