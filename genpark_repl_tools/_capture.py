@@ -18,14 +18,17 @@ count the same characters the subprocess boundary's host counts.
 from __future__ import annotations
 
 import io
+import os
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from typing import Any, Protocol, TextIO
+from typing import Any, BinaryIO, Protocol, TextIO
 
 from ._text import BYTES_ERRORS, clean
 
-__all__ = ["BoundedText", "Capture", "OutputCapture", "TextSink", "capturing"]
+__all__ = ["BoundedText", "Capture", "OutputCapture", "TextSink", "capturing", "reserved_stdout"]
 
 
 class TextSink(Protocol):
@@ -245,3 +248,35 @@ class capturing:
     def __exit__(self, *exc: object) -> None:
         _current.reset(self._token)
         _uninstall()
+
+
+@contextmanager
+def reserved_stdout() -> Iterator[BinaryIO]:
+    """Reserve the process's stdout (file descriptor 1) for the caller until the block ends.
+
+    Yields a binary file on a private duplicate of fd 1, and points fd 1 itself at stderr: bytes
+    written below `sys.stdout` (`os.write(1, ...)`, C `printf`, child processes), which no capture
+    sees in-process, then cannot interleave with what the caller writes (a JSON-RPC channel, a
+    JSON report). `sys.stdout`, if it is fd 1, goes to stderr too. Restored on exit.
+    """
+    with suppress(AttributeError, OSError, ValueError):
+        sys.stdout.flush()  # what was printed before still goes where it was meant to
+    if sys.platform == "win32":  # pragma: no cover
+        private = os.dup(1)
+    else:
+        import fcntl
+
+        private = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)  # never 0-2, not inherited by children
+    try:
+        os.dup2(2, 1)
+    except OSError:  # no stderr: what goes to fd 1 is dropped instead
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    try:
+        yield os.fdopen(private, "wb", closefd=False)
+    finally:
+        with suppress(AttributeError, OSError, ValueError):
+            sys.stdout.flush()
+        os.dup2(private, 1)
+        os.close(private)

@@ -13,14 +13,9 @@ Needs the `mcp` extra: `pip install 'genpark-repl-tools[mcp]'`.
 
 from __future__ import annotations
 
-import io
-import os
 import secrets
-import sys
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from typing import Annotated, Any, BinaryIO, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -368,45 +363,23 @@ def serve_stdio(engine: ReplEngine, *, log_level: LogLevel = "WARNING") -> None:
     processes; in-process, nothing captures those) lands in the client's log, never in the JSON-RPC
     channel, whatever `sys.stdout` is.
     """
+    from ._capture import reserved_stdout
+
     server = create_server(engine, log_level=log_level)
     # The SDK's stdio transport takes explicit streams only at its lower level.
     lowlevel = getattr(server, "_lowlevel_server", None)
     if lowlevel is None:  # pragma: no cover - another SDK layout: its transport diverts fd 1 too (2.3+)
         server.run("stdio")
         return
-    with _protocol_stdout() as wire:
+    with reserved_stdout() as wire:
         anyio.run(_serve_stdio, lowlevel, wire)
 
 
-async def _serve_stdio(lowlevel: Any, wire: BinaryIO) -> None:
+async def _serve_stdio(lowlevel: Any, wire: Any) -> None:
+    import io
+
     from mcp.server.stdio import stdio_server
 
     stdout = anyio.wrap_file(io.TextIOWrapper(wire, encoding="utf-8"))
     async with stdio_server(stdout=stdout) as (read_stream, write_stream):
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
-
-
-@contextmanager
-def _protocol_stdout() -> Iterator[BinaryIO]:
-    """The original stdout as a private descriptor for the protocol; meanwhile fd 1 is stderr."""
-    with suppress(AttributeError, OSError, ValueError):
-        sys.stdout.flush()  # what was printed before serving still goes where it was meant to
-    if sys.platform == "win32":  # pragma: no cover
-        wire_fd = os.dup(1)
-    else:
-        import fcntl
-
-        wire_fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)  # never 0-2, not inherited by children
-    try:
-        os.dup2(2, 1)
-    except OSError:  # no stderr: what the code writes to fd 1 is dropped instead
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.close(null)
-    try:
-        yield os.fdopen(wire_fd, "wb", closefd=False)
-    finally:
-        with suppress(AttributeError, OSError, ValueError):
-            sys.stdout.flush()
-        os.dup2(wire_fd, 1)
-        os.close(wire_fd)
