@@ -22,7 +22,7 @@ from ._capture import Capture, OutputCapture, capturing
 from ._compile import CELL_PREFIX, GUARD_NAME, CompiledCell
 from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
-from ._models import ErrorInfo, ExecutionResult
+from ._models import Attachment, ErrorInfo, ExecutionResult
 from ._rich import FigureOwner, FigureRun
 from ._text import clean
 from ._watchdog import ExecutionCancelled, ExecutionTimeout, Slot, check_expired, watchdog
@@ -215,8 +215,8 @@ def run_cell(
         stdout_truncated=capture.stdout.truncated,
         stderr_truncated=capture.stderr.truncated,
         duration_ms=duration,
-        attachments=figures.attachments,
-        notes=figures.notes,
+        attachments=[_clean_attachment(a) for a in figures.attachments],
+        notes=[clean(note) for note in figures.notes],  # figure titles and messages are the code's
     )
     if isinstance(stopped, ExecutionCancelled):
         fields.update(status="cancelled", error=_timeout_error(stopped, session, cell, limits, duration))
@@ -289,6 +289,13 @@ def _guarded(
         outcome.error = _error_info(exc, session, cell, limits.max_output_chars)
     outcome.changes = _changes(ns, before, full_diff, limits.max_repr_chars)
     figures.collect(value)
+
+
+def _clean_attachment(attachment: Attachment) -> Attachment:
+    description = clean(attachment.description)
+    if description is attachment.description:
+        return attachment
+    return attachment.model_copy(update={"description": description})
 
 
 def _restore_builtins(saved: dict[str, Any] | None) -> None:

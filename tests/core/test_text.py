@@ -79,3 +79,16 @@ def test_reserved_stdout_sends_fd1_to_stderr_until_the_block_ends() -> None:
     )
     assert done.stdout == b"before\nreport\nafter\n"
     assert done.stderr == b"diverted\nprinted\n"
+
+
+@pytest.mark.parametrize("boundary", ["inprocess", "subprocess"])
+def test_figure_notes_follow_the_rule(boundary: str) -> None:
+    pytest.importorskip("matplotlib")
+    code = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.title('caf\\udce9')\nplt.show()"
+    with ReplEngine(policy="trusted", boundary=boundary) as engine:
+        result = engine.run(code)
+    assert result.status == "ok"
+    # matplotlib refuses to draw the title (a note says so); were it drawn, the description names it.
+    texts = [*result.notes, *(a.description for a in result.attachments)]
+    assert any('"caf\\udce9"' in text for text in texts), texts
+    result.model_dump_json().encode("utf-8")
