@@ -9,17 +9,26 @@ the executed code (trusted policy) assigned `sys.stdout` itself.
 
 Threads started by the executed code do not inherit the context (CPython does not copy it into new
 threads), so their output goes to the host's stream; asyncio tasks do inherit it.
+
+Captured text follows one rule on every boundary (_text): lone surrogates and bytes that are not
+UTF-8 (`sys.stdout.buffer.write`) become backslash escapes as they are written, so the bounds
+count the same characters the subprocess boundary's host counts.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from typing import Any, Protocol, TextIO
+from typing import Any, BinaryIO, Protocol, TextIO
 
-__all__ = ["BoundedText", "Capture", "OutputCapture", "TextSink", "capturing"]
+from ._text import BYTES_ERRORS, clean
+
+__all__ = ["BoundedText", "Capture", "OutputCapture", "TextSink", "capturing", "reserved_stdout"]
 
 
 class TextSink(Protocol):
@@ -112,7 +121,8 @@ class _BinaryView:
         self._target = target
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        self._target.write(bytes(data).decode("utf-8", "replace"))
+        data = bytes(data)
+        self._target.write(data.decode("utf-8", BYTES_ERRORS))
         return len(data)
 
     def flush(self) -> None:
@@ -137,10 +147,20 @@ class _Router(io.TextIOBase):
         target = self._target()
         if target is None:
             return self.fallback.write(s) if self.fallback is not None else len(s)
+        if type(s) is str:
+            # Text as a pipe to the host would carry it (see _text); ASCII costs one check.
+            if not s.isascii():
+                try:
+                    s.encode("utf-8")
+                except UnicodeEncodeError:
+                    target.write(clean(s))
+                    return len(s)
+            target.write(s)
+            return len(s)
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        target.write(s)
-        return len(s)
+        target.write(clean(s))  # a str subclass: read as a plain str, its methods never run
+        return str.__len__(s)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -228,3 +248,35 @@ class capturing:
     def __exit__(self, *exc: object) -> None:
         _current.reset(self._token)
         _uninstall()
+
+
+@contextmanager
+def reserved_stdout() -> Iterator[BinaryIO]:
+    """Reserve the process's stdout (file descriptor 1) for the caller until the block ends.
+
+    Yields a binary file on a private duplicate of fd 1, and points fd 1 itself at stderr: bytes
+    written below `sys.stdout` (`os.write(1, ...)`, C `printf`, child processes), which no capture
+    sees in-process, then cannot interleave with what the caller writes (a JSON-RPC channel, a
+    JSON report). `sys.stdout`, if it is fd 1, goes to stderr too. Restored on exit.
+    """
+    with suppress(AttributeError, OSError, ValueError):
+        sys.stdout.flush()  # what was printed before still goes where it was meant to
+    if sys.platform == "win32":  # pragma: no cover
+        private = os.dup(1)
+    else:
+        import fcntl
+
+        private = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)  # never 0-2, not inherited by children
+    try:
+        os.dup2(2, 1)
+    except OSError:  # no stderr: what goes to fd 1 is dropped instead
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    try:
+        yield os.fdopen(private, "wb", closefd=False)
+    finally:
+        with suppress(AttributeError, OSError, ValueError):
+            sys.stdout.flush()
+        os.dup2(private, 1)
+        os.close(private)

@@ -2,6 +2,9 @@
 
 Runs on the executing thread, inside the execution's guarded region: a user-defined `__repr__` or
 `__len__` is user code, so it is subject to the same timeout and policy as the cell itself.
+
+Whatever a `__repr__` returns (a `str` subclass, lone surrogates, megabytes) or raises, the text
+here is a plain, bounded `str` that encodes to UTF-8 (`_text.clean`), on every boundary alike.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from typing import Any
 
 from ._models import VariableInfo
 from ._rich import summarize, table_repr, table_texts
+from ._text import clean
 from ._watchdog import ExecutionTimeout
 
-__all__ = ["bounded_repr", "describe", "type_name", "value_repr"]
+__all__ = ["bounded_repr", "describe", "type_name", "value_repr", "variable_name"]
 
 _FUNCTION_TYPES = (
     types.FunctionType,
@@ -98,13 +102,13 @@ def bounded_repr(obj: Any, limit: int) -> tuple[str, bool]:
         return repr(obj), False  # the common case, without building a reprlib walker
     r = _Repr(limit)  # per call: it records whether it cut anything
     try:
-        text = r.repr(obj)
+        text = clean(r.repr(obj))
     except ExecutionTimeout:
         raise
     except BaseException as exc:  # a broken __repr__ is the user's; say so instead of failing the run
-        text = f"<repr failed: {type(exc).__name__}>"
+        text = f"<repr failed: {clean(type(exc).__name__)}>"
     if len(text) > limit:
-        return f"{text[:limit]}... [{len(text) - limit:,} more characters]", True
+        return _cut(text, limit)
     if r.cut:
         size = f"; len {len(obj):,}" if type(obj) in _LIMITED else ""
         return f"{text} [shortened{size}]", True
@@ -115,7 +119,7 @@ def value_repr(obj: Any, limit: int) -> tuple[str, bool]:
     """A trailing value as the model sees it: a summary for tables and big arrays, else the repr."""
     summary = summarize(obj, limit, as_value=True)
     if summary is not None:
-        return summary, False
+        return clean(summary), False
     return bounded_repr(obj, limit)
 
 
@@ -133,9 +137,11 @@ def type_name(obj: Any) -> str:
             cls = base
             break
     module = getattr(cls, "__module__", "builtins")
-    qual = getattr(cls, "__qualname__", cls.__name__)
+    qual = clean(getattr(cls, "__qualname__", cls.__name__))
     # Classes the session defined live in its "__main__"; the prefix would only be noise.
-    return qual if module in ("builtins", "__main__", None) else f"{module}.{qual}"
+    if module in ("builtins", "__main__", None):
+        return qual
+    return f"{clean(module) if isinstance(module, str) else '?'}.{qual}"
 
 
 def _kind(obj: Any) -> str:
@@ -150,7 +156,7 @@ def _kind(obj: Any) -> str:
 
 def _callable_repr(name: str, obj: Any, kind: str) -> str:
     try:
-        sig = str(_inspect.signature(obj))
+        sig = clean(str(_inspect.signature(obj)))  # defaults are shown with their own __repr__
     except ExecutionTimeout:
         raise
     except BaseException:
@@ -164,6 +170,7 @@ def describe(name: str, obj: Any, limit: int) -> VariableInfo:
 
 def describe_fields(name: str, obj: Any, limit: int) -> dict[str, Any]:
     """VariableInfo's fields as a dict (validated later, together with the result that holds it)."""
+    name = variable_name(name, limit)
     t = type(obj)
     if t in _SCALARS:  # the common case (`x = 1`): no duck-typed probing needed
         text, truncated = bounded_repr(obj, limit)
@@ -172,11 +179,9 @@ def describe_fields(name: str, obj: Any, limit: int) -> dict[str, Any]:
     truncated = False
     tables = table_texts(obj, limit) if kind == "value" else None  # (repr, summary) of tables/arrays
     if kind in ("function", "class"):
-        text = _callable_repr(name, obj, kind)
+        text, truncated = _cut(_callable_repr(name, obj, kind), limit)
     elif tables is not None and tables[0] is not None:
-        text, truncated = tables[0], len(tables[0]) > limit
-        if truncated:
-            text = f"{text[:limit]}... [{len(tables[0]) - limit:,} more characters]"
+        text, truncated = _cut(clean(tables[0]), limit)
     else:
         text, truncated = bounded_repr(obj, limit)
     length = shape = dtype = size = None
@@ -197,8 +202,20 @@ def describe_fields(name: str, obj: Any, limit: int) -> dict[str, Any]:
         "shape": shape,
         "dtype": dtype,
         "size": size,
-        "summary": tables[1] if tables is not None else None,
+        "summary": clean(tables[1]) if tables is not None and tables[1] is not None else None,
     }
+
+
+def variable_name(name: str, limit: int) -> str:
+    """A namespace key as a result shows it: cleaned, and cut if it is longer than `limit`
+    (code can bind any string with `globals()[...]`)."""
+    return _cut(clean(name), limit)[0]
+
+
+def _cut(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) > limit:
+        return f"{text[:limit]}... [{len(text) - limit:,} more characters]", True
+    return text, False
 
 
 def _cheap_len(obj: Any) -> int | None:
@@ -242,7 +259,7 @@ def _attr_text(obj: Any, name: str) -> str | None:
     if value is None:
         return None
     try:
-        return str(value)[:80]  # numpy/pandas dtypes print as 'int64', 'float32', ...
+        return clean(str(value))[:80]  # numpy/pandas dtypes print as 'int64', 'float32', ...
     except ExecutionTimeout:
         raise
     except BaseException:

@@ -1,10 +1,16 @@
-"""Render an ExecutionResult as the text a model reads: short, exact, actionable."""
+"""Render an ExecutionResult as the text a model reads: short, exact, actionable.
+
+Control characters the code printed or returned (ANSI escape sequences, NUL, a bare carriage
+return) are shown as `\\xNN` escapes: the result's data keeps them as written, the model reads
+`\\x1b[31m` instead of invisible bytes, and a terminal showing the text is not driven by them.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from ._text import caret as _caret
+from ._text import escape_controls
 from ._text import finding_text as _finding_text
 
 if TYPE_CHECKING:  # annotations only: the models import this module to render themselves
@@ -59,7 +65,7 @@ def render_observation(result: ExecutionResult, max_chars: int | None = None) ->
         else:
             parts.append(f"{header}\n{body}")
     parts.extend(tail)
-    text = "\n".join(parts)
+    text = escape_controls("\n".join(parts))
     return text if len(text) <= budget else _cut(text, budget)
 
 
@@ -130,7 +136,7 @@ def render_variable(info: VariableInfo) -> str:
     if info.summary:
         lines.append(info.summary)
     lines.append(info.repr + (" (shortened)" if info.repr_truncated else ""))
-    return "\n".join(lines)
+    return escape_controls("\n".join(lines))
 
 
 _LISTED_REPR_CHARS = 60
@@ -156,7 +162,7 @@ def render_variables(infos: list[VariableInfo], max_chars: int | None = None) ->
             break
         lines.append(line)
         used += len(line) + 1
-    return "\n".join(lines)
+    return escape_controls("\n".join(lines))
 
 
 def _changes_line(result: ExecutionResult) -> str:

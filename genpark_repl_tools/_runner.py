@@ -18,11 +18,12 @@ from typing import Any
 
 from ._capture import Capture, OutputCapture, capturing
 from ._compile import CELL_PREFIX, CompiledCell
-from ._introspect import describe_fields, type_name, value_repr
+from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
-from ._models import ErrorInfo, ExecutionResult
+from ._models import Attachment, ErrorInfo, ExecutionResult
 from ._rich import FigureRun
 from ._session import Session, call_armed
+from ._text import clean
 from ._watchdog import ExecutionCancelled, ExecutionTimeout
 from .policy._runtime import PolicyRuntime
 
@@ -150,8 +151,8 @@ def run_cell(
         stdout_truncated=capture.stdout.truncated,
         stderr_truncated=capture.stderr.truncated,
         duration_ms=duration,
-        attachments=figures.attachments,
-        notes=figures.notes,
+        attachments=[_clean_attachment(a) for a in figures.attachments],
+        notes=[clean(note) for note in figures.notes],  # figure titles and messages are the code's
         usage=_cpu(cpu_started),
     )
     if isinstance(stopped, ExecutionCancelled):
@@ -173,7 +174,7 @@ def run_cell(
             status="error",
             error=ErrorInfo(
                 type="InternalError",
-                message=f"{type(stopped).__name__} while describing the result: {stopped}"[:500],
+                message=clean(f"{type(stopped).__name__} while describing the result: {stopped}"[:500]),
                 hint="The code itself ran; its variables are kept. Please report this as a bug.",
             ),
         )
@@ -227,6 +228,13 @@ def _guarded(
     figures.collect(value)
 
 
+def _clean_attachment(attachment: Attachment) -> Attachment:
+    description = clean(attachment.description)
+    if description is attachment.description:
+        return attachment
+    return attachment.model_copy(update={"description": description})
+
+
 def _restore_builtins(saved: dict[str, Any] | None) -> None:
     # Trusted code may change the host's builtins module, which every session and the host share.
     if saved is not None and builtins.__dict__ != saved:
@@ -238,16 +246,16 @@ def _changes(ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit:
     created: list[dict[str, Any]] = []
     rebound: list[dict[str, Any]] = []
     deleted: list[str] = []
-    names = sorted(set(before) | set(ns)) if full_diff else sorted(before)
+    names = sorted(k for k in set(before) | set(ns) if isinstance(k, str)) if full_diff else sorted(before)
     for name in names:
-        if name.startswith("__"):
+        if str.startswith(name, "__"):
             continue
         old = before.get(name, _MISSING)
         new = ns.get(name, _MISSING)
         if old is new:
             continue
         if new is _MISSING:
-            deleted.append(name)
+            deleted.append(variable_name(name, limit))
         elif old is _MISSING:
             created.append(describe_fields(name, new, limit))
         else:
@@ -347,7 +355,7 @@ def _exception_only(exc: BaseException, ns: dict[str, Any]) -> str:
             if suggestion:
                 head, sep, rest = text.partition("\n")
                 text = f"{head}. Did you mean: '{suggestion}'?{sep}{rest}"
-        return text
+        return clean(text)
     except ExecutionTimeout:
         raise
     except BaseException:  # a user exception whose __str__ fails
@@ -396,7 +404,7 @@ def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit:
         column=anchor.column if anchor else None,
         end_column=anchor.end_column if anchor else None,
         source_line=anchor.source if anchor else None,
-        traceback="\n".join(lines),
+        traceback=clean("\n".join(lines)),  # frame names are the code's (`co_name` can be any string)
         hint=_hint(exc, exception_only),
     )
 
@@ -437,7 +445,7 @@ def _timeout_error(
         message=message,
         line=anchor.line if anchor else None,
         source_line=anchor.source if anchor else None,
-        traceback="\n".join(["Stopped at (most recent call last):", *_format_frames(frames)])
+        traceback=clean("\n".join(["Stopped at (most recent call last):", *_format_frames(frames)]))
         if frames
         else "",
         hint=hint,

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 from ._capture import Capture, OutputCapture, capturing
 from ._compile import GUARD_NAME
 from ._exceptions import CapacityError, SessionNotFound, VariableNotFound
-from ._introspect import describe
+from ._introspect import describe, variable_name
 from ._limits import Limits
 from ._models import VariableInfo
 from ._rich import FigureOwner
@@ -115,7 +115,9 @@ class Session:
         """The names a listing shows: without modules and `_private` names unless asked."""
         names = []
         for key, value in self.namespace.items():
-            if not include_hidden and (key.startswith("_") or isinstance(value, types.ModuleType)):
+            if not isinstance(key, str):  # `globals()[1] = ...`: not a variable anyone can name
+                continue
+            if not include_hidden and (str.startswith(key, "_") or isinstance(value, types.ModuleType)):
                 continue
             if key == "__builtins__":
                 continue
@@ -146,7 +148,10 @@ class Session:
                     info = call_guarded(self.runtime, remaining, describe, name, value, limits.max_repr_chars)
             if info is None:
                 info = VariableInfo(
-                    name=name, type=type(value).__name__, repr="<repr timed out>", repr_truncated=True
+                    name=variable_name(name, limits.max_repr_chars),
+                    type=type(value).__name__,
+                    repr="<repr timed out>",
+                    repr_truncated=True,
                 )
             infos.append(info)
         return infos

@@ -1,13 +1,62 @@
-"""Text pieces the models and the observation renderer share (both import this; it imports neither)."""
+"""One rule for the text a run puts in its result, whatever the code printed, returned or named.
+
+Every string of an `ExecutionResult` is an exact `str` that encodes to UTF-8, so any transport
+(JSON-RPC over a pipe, a terminal, a LangChain artifact) can carry it, and both boundaries give the
+same text: what is not text becomes a Python backslash escape, as the subprocess worker writes it.
+
+- lone surrogates (`'\\udcff'`, from bytes decoded with `surrogateescape`) become `\\udcff`;
+- bytes that are not UTF-8 (`sys.stdout.buffer.write(b'\\xff')`) become `\\xff`;
+- a `str` subclass (from a `__repr__`) becomes a plain `str`, read without calling its methods.
+
+Control characters (NUL, ANSI escape sequences) are valid text: the result keeps them as written.
+The observation for a model shows them as escapes (`escape_controls`), so a model sees `\\x1b[31m`
+and a terminal showing the observation is not driven by the code's output.
+
+Also the small text pieces the models and the observation renderer share (`caret`, `finding_text`):
+both import this module; it imports neither.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._models import AuditFinding
 
-__all__ = ["caret", "finding_text"]
+__all__ = ["BYTES_ERRORS", "caret", "clean", "escape_controls", "finding_text"]
+
+# How bytes that are not UTF-8 are decoded, everywhere output is read as bytes.
+BYTES_ERRORS = "backslashreplace"
+
+
+def clean(text: str) -> str:
+    """`text` as a plain str that encodes to UTF-8 (lone surrogates as backslash escapes)."""
+    if type(text) is not str:
+        text = str.__str__(text)  # a copy as a plain str; the subclass's own methods never run
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+# C0 controls except tab and newline (a carriage return only when it does not end a line), DEL, and
+# C1 controls (U+0080-U+009F: a terminal may read U+009B as the start of an escape sequence).
+_CONTROLS = re.compile("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def escape_controls(text: str) -> str:
+    """Control characters as `\\xNN` escapes (tab, newline and CRLF line ends stay as they are)."""
+    if _CONTROLS.search(text) is None:
+        return text
+    return _CONTROLS.sub(_escape, text)
 
 
 def finding_text(finding: AuditFinding) -> str:

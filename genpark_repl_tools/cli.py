@@ -370,9 +370,10 @@ def _read_source(file: str) -> tuple[str, str]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     code, name = _read_source(args.file)
-    with _make_engine(args) as engine:
+    with _make_engine(args) as engine, contextlib.ExitStack() as stack:
+        out = _report_stream(stack)
         reply = tools.run_python(engine, code, "run")
-        print(_render(reply, getattr(args, "json", False)))
+        print(_render(reply, getattr(args, "json", False)), file=out)
         result = reply.result
         if result is None:  # the engine itself failed; the reply says how
             return EXIT_USAGE
@@ -384,6 +385,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
             except OSError as exc:  # the run's status still decides the exit code
                 print(f"{_PROG}: cannot save figures: {exc}", file=sys.stderr)
     return exit_code(result)
+
+
+def _report_stream(stack: contextlib.ExitStack) -> TextIO:
+    """stdout, reserved for `run`'s report until `stack` closes: what the code writes to file
+    descriptor 1 itself (`os.write(1, ...)`, C printf) goes to stderr, so `--json` output stays JSON."""
+    import io
+
+    from ._capture import reserved_stdout
+
+    try:
+        on_fd1 = sys.stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # replaced by the caller (tests, an embedding app)
+        return sys.stdout
+    if not on_fd1:
+        return sys.stdout
+    out = io.TextIOWrapper(
+        stack.enter_context(reserved_stdout()), encoding=sys.stdout.encoding, errors=sys.stdout.errors
+    )
+    stack.callback(out.detach)  # the descriptor is reserved_stdout's to close
+    stack.callback(out.flush)
+    return out
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:

@@ -430,8 +430,33 @@ def _add_tools(server: MCPServer[Any], engine: ReplEngine, handlers: _ReplTools)
 
 
 def serve_stdio(engine: ReplEngine, *, log_level: LogLevel = "WARNING") -> None:
-    """Serve `engine` over stdin/stdout until the client disconnects."""
-    create_server(engine, log_level=log_level).run("stdio")
+    """Serve `engine` over stdin/stdout until the client disconnects.
+
+    Only the protocol writes to the original stdout. For the server's lifetime file descriptor 1
+    points at stderr, so what code writes below `sys.stdout` (`os.write(1, ...)`, C `printf`, child
+    processes; in-process, nothing captures those) lands in the client's log, never in the JSON-RPC
+    channel, whatever `sys.stdout` is.
+    """
+    from ._capture import reserved_stdout
+
+    server = create_server(engine, log_level=log_level)
+    # The SDK's stdio transport takes explicit streams only at its lower level.
+    lowlevel = getattr(server, "_lowlevel_server", None)
+    if lowlevel is None:  # pragma: no cover - another SDK layout: its transport diverts fd 1 too (2.3+)
+        server.run("stdio")
+        return
+    with reserved_stdout() as wire:
+        anyio.run(_serve_stdio, lowlevel, wire)
+
+
+async def _serve_stdio(lowlevel: Any, wire: Any) -> None:
+    import io
+
+    from mcp.server.stdio import stdio_server
+
+    stdout = anyio.wrap_file(io.TextIOWrapper(wire, encoding="utf-8"))
+    async with stdio_server(stdout=stdout) as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 # ---- streamable HTTP ---------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from ._engine import ReplEngine
 from ._exceptions import ReplError, SessionNotFound, VariableNotFound
 from ._models import Attachment, ExecutionResult, VariableInfo
 from ._observation import render_variable, render_variables
+from ._text import clean as _clean
 
 __all__ = [
     "INSPECT_VARIABLE",
@@ -281,15 +282,3 @@ def _failure(spec: ToolSpec, session: str, exc: ReplError) -> ToolReply:
         data={"failure": kind, "message": _clean(str(exc))},
         failure=kind,
     )
-
-
-def _clean(text: str) -> str:
-    """Text any transport can carry: lone surrogates (from bytes decoded with surrogateescape) become
-    backslash escapes, as the subprocess boundary writes them."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text

@@ -17,6 +17,7 @@ from .._engine import ReplEngine
 from .._exceptions import EngineClosed, SessionNotFound, VariableNotFound
 from .._limits import Limits
 from .._models import ExecutionResult
+from .bad_output import BAD_OUTPUT_TIMEOUT_S, BAD_OUTPUTS, BadOutput, assert_bad_output, kind_of
 
 MakeEngine = Callable[..., ReplEngine]
 
@@ -394,6 +395,32 @@ class BoundaryConformance:
             result = engine.run(repr(word), session=session)
             assert (result.status, result.value) == ("ok", repr(word))
 
+    # ---- bad output: whatever the code prints, returns or names (testing/bad_output.py) --------------
+
+    @pytest.mark.parametrize("case", BAD_OUTPUTS, ids=kind_of)
+    def test_bad_output_gives_well_formed_and_the_same_text(
+        self, make_engine: MakeEngine, case: BadOutput
+    ) -> None:
+        engine = make_engine(policy="trusted", limits=Limits(timeout_s=BAD_OUTPUT_TIMEOUT_S))
+        # The endless __repr__ is stopped sooner: waiting out the generous limit proves nothing more.
+        timeout_s = 1.0 if case.status == "timeout" else None
+        result = engine.run(case.code, session="bad", timeout_s=timeout_s)
+        assert_bad_output(result, case)
+        # Any UTF-8 transport carries it, and it reads back as it was.
+        dumped = result.model_dump_json()
+        dumped.encode("utf-8")
+        assert ExecutionResult.model_validate_json(dumped) == result
+        result.to_observation().encode("utf-8")
+        if engine.boundary.name != "inprocess":
+            # Every boundary gives the in-process text (pinned above where it is deterministic).
+            with ReplEngine(policy="trusted", limits=engine.limits) as reference:
+                expected = reference.run(case.code, session="bad", timeout_s=timeout_s)
+                assert _same_text(result) == _same_text(expected)
+        # The session keeps serving, and its listing is well-formed too.
+        assert engine.run("1 + 1", session="bad").value == "2"
+        for info in engine.variables("bad", include_hidden=True):
+            info.model_dump_json().encode("utf-8")
+
 
 # An interrupt lands within ~50 ms on a quiet machine; the bound allows a loaded CI machine.
 INTERRUPT_BOUND_S = 10.0
@@ -405,3 +432,19 @@ class _Abandon(Exception):
 
 def _raise_in_thread(tid: int, exc: type[BaseException]) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(exc))
+
+
+def _same_text(result: ExecutionResult) -> dict[str, Any]:
+    """What a model or a program reads of a result, without what varies between runs."""
+    error = result.error.model_dump() if result.error is not None else None
+    if error is not None and result.status == "timeout":
+        del error["message"]  # it says how long the run took
+    return {
+        "status": result.status,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "value": result.value,
+        "value_type": result.value_type,
+        "error": error,
+        "changes": result.changes.model_dump(),
+    }

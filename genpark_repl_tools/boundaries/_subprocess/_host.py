@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from ..._capture import BoundedText
 from ..._exceptions import BoundaryError
+from ..._text import BYTES_ERRORS
 from . import _protocol as P
 from . import _zygote
 
@@ -77,7 +78,7 @@ class OutputSink:
 
     def write(self, data: bytes) -> None:
         if self._text is None or self._decoder is None:
-            self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            self._decoder = codecs.getincrementaldecoder("utf-8")(BYTES_ERRORS)  # as in-process
             self._text = BoundedText(self._limit)
         self._text.write(self._decoder.decode(data))
 

@@ -34,6 +34,7 @@ from ..._limits import Limits
 from ..._models import ErrorInfo, ExecutionResult
 from ..._runner import run_cell
 from ..._session import Session
+from ..._text import clean
 from ..._watchdog import watchdog
 from ...policy import PolicyRuntime
 from . import _protocol as P
@@ -47,6 +48,10 @@ _RID = struct.Struct("!I")
 # hundred writes, not one per line, and a crash loses at most its last 10 ms of output.
 _EAGER_LINES = 200
 _BATCH_S = 0.01
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "backslashreplace")  # the one rule for text that is not UTF-8 (_text)
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:
@@ -73,7 +78,7 @@ class _FdText:
         self._lines = 0
 
     def write(self, text: str) -> None:
-        data = text.encode("utf-8", "backslashreplace")
+        data = _encode(text)
         self._buf += data
         if len(self._buf) >= _FLUSH_AT:
             self.flush()
@@ -205,7 +210,7 @@ class _Worker:
                     try:
                         reply_kind, reply = self._query(kind, payload)
                     except Exception as exc:  # an infrastructure failure here; tell the host what broke
-                        reply_kind, reply = P.FAILED, f"{type(exc).__name__}: {exc}".encode()
+                        reply_kind, reply = P.FAILED, _encode(f"{type(exc).__name__}: {exc}")
             finally:
                 self.current = 0
                 self.session.cancel_pending = False
@@ -265,7 +270,7 @@ class _Worker:
                 duration_ms=round((time.perf_counter() - started) * 1000, 3),
                 error=ErrorInfo(
                     type=type(exc).__name__,
-                    message=f"the worker could not report this run: {exc}"[:2000],
+                    message=clean(f"the worker could not report this run: {exc}"[:2000]),
                     hint="The session is still alive; retry with smaller values or output.",
                 ),
             )
