@@ -163,7 +163,6 @@ def test_script_reads_its_coding_line(tmp_path: Path, capsys: pytest.CaptureFixt
         (["run", "/nonexistent/job.py"], "genpark-repl: error: no such file: /nonexistent/job.py"),
         (["run", "--policy", "no-such-policy", "-"], "unknown policy 'no-such-policy'; choose one of: "),
         (["run", "--boundary", "cloud", "-"], "unknown boundary 'cloud'"),
-        (["mcp", "--max-code-chars", "5"], "invalid limit (max_code_chars: Input should be greater than"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(

@@ -439,3 +439,11 @@ def test_missing_or_old_sdk_message(
     message = mcp_server._missing_sdk_message(ImportError("No module named 'mcp.server.mcpserver'"))
     assert message.startswith(expected)
     assert message.endswith("pip install 'genpark-repl-tools[mcp]'")
+
+
+def test_an_invalid_limit_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # Here and not in tests/cli: the mcp command checks for the SDK before it reads the limits.
+    assert cli.main(["mcp", "--max-code-chars", "5"]) == cli.EXIT_USAGE == 2
+    err = capsys.readouterr().err
+    assert "invalid limit (max_code_chars: Input should be greater than" in err
+    assert len(err.strip().splitlines()) == 1
