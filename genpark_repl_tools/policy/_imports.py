@@ -218,7 +218,8 @@ def _safe_enums() -> dict[type, type]:
 
 
 def _checked_create(create: Callable[..., Any]) -> Callable[..., Any]:
-    def _create_(cls: Any, class_name: str, names: Any, /, *args: Any, **kw: Any) -> Any:
+    # Not positional-only: Python 3.13's Enum() passes class_name and names by keyword.
+    def _create_(cls: Any, class_name: str, names: Any, *args: Any, **kw: Any) -> Any:
         return create(cls, class_name, _checked_member_names(names), *args, **kw)
 
     return _create_
