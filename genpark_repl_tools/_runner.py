@@ -169,6 +169,7 @@ def run_cell(
     figures = FigureRun(session.figures, limits)
     figures.enter()  # host code, before the guards: may make pyplot headless before the cell imports it
     with capturing(capture):
+        watchdog.start()  # outside the sandbox: starting a thread is refused inside it
         token = runtime.enter()
         # ExecutionTimeout is the only exception expected back: _guarded turns the cell's own into data.
         _, stopped = _call_armed(
@@ -486,6 +487,7 @@ def call_guarded(
     """
     capture = capture_factory(1000)
     with capturing(capture):
+        watchdog.start()  # outside the sandbox: starting a thread is refused inside it
         token = runtime.enter()
         value, failure = _call_armed(timeout_s, fn, *args)
         runtime.exit(token)

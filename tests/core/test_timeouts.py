@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -118,3 +120,18 @@ def test_c_level_call_is_stopped_late_and_says_so() -> None:
     assert late is not None, note
     assert float(late.group(1)) >= 1.4
     assert "boundary='subprocess' kills it on time" in note
+
+
+@pytest.mark.parametrize("policy", ["strict", "standard"])
+def test_the_first_run_in_a_process_may_be_restricted(policy: str) -> None:
+    # The watchdog's thread starts on the first run; it must start outside the sandbox, which refuses
+    # thread starts (Python 3.12 reports them to audit hooks). A fresh interpreter has no thread yet.
+    code = (
+        "from genpark_repl_tools import ReplEngine\n"
+        f"with ReplEngine(policy={policy!r}) as engine:\n"
+        "    print(engine.run('6 * 7').value)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "42\n", "")
