@@ -211,11 +211,14 @@ def _find_python(version: str) -> Path:
 
 
 def _junit_counts(path: Path) -> dict[str, int]:
-    counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    counts = dict.fromkeys(("tests", "failures", "errors", "skipped", "xfailed"), 0)
     if path.exists():
-        for suite in ET.parse(path).getroot().iter("testsuite"):
-            for key in counts:
+        root = ET.parse(path).getroot()
+        for suite in root.iter("testsuite"):
+            for key in ("tests", "failures", "errors", "skipped"):
                 counts[key] += int(suite.get(key, "0"))
+        counts["xfailed"] = sum(1 for s in root.iter("skipped") if s.get("type") == "pytest.xfail")
+        counts["skipped"] -= counts["xfailed"]
     return counts
 
 
@@ -267,10 +270,11 @@ def _test_matrix(rest: list[str]) -> int:
     print("\ntest-matrix:")
     for label, code, counts in rows:
         verdict = "ok" if code == 0 else f"FAILED (pytest exit {code})"
-        passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+        failed = counts["failures"] + counts["errors"]
+        passed = counts["tests"] - failed - counts["skipped"] - counts["xfailed"]
         print(
             f"  Python {label:<9} {passed:>5} passed {counts['skipped']:>3} skipped "
-            f"{counts['failures'] + counts['errors']:>3} failed  {verdict}"
+            f"{counts['xfailed']:>3} xfailed {failed:>3} failed  {verdict}"
         )
     return 0 if all(code == 0 for _, code, _ in rows) else 1
 
