@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -223,6 +224,7 @@ def _junit_counts(path: Path) -> dict[str, int]:
 
 
 def _matrix_run(version: str, full: bool, rest: list[str]) -> tuple[str, int, dict[str, int]]:
+    started = time.monotonic()
     base = _find_python(version)
     tag = f"py{version.replace('.', '')}"
     venv_dir = ROOT / f".venv-{tag}{'-full' if full else ''}"
@@ -248,6 +250,7 @@ def _matrix_run(version: str, full: bool, rest: list[str]) -> tuple[str, int, di
         counts = _junit_counts(report)
     if code == 0 and counts["tests"] == 0:
         code = 5  # no tests ran: never a pass
+    counts["seconds"] = round(time.monotonic() - started)  # venv set-up included
     return label, code, counts
 
 
@@ -274,7 +277,7 @@ def _test_matrix(rest: list[str]) -> int:
         passed = counts["tests"] - failed - counts["skipped"] - counts["xfailed"]
         print(
             f"  Python {label:<9} {passed:>5} passed {counts['skipped']:>3} skipped "
-            f"{counts['xfailed']:>3} xfailed {failed:>3} failed  {verdict}"
+            f"{counts['xfailed']:>3} xfailed {failed:>3} failed {counts['seconds']:>5} s  {verdict}"
         )
     return 0 if all(code == 0 for _, code, _ in rows) else 1
 

@@ -379,7 +379,7 @@ def test_ctrl_c_stops_a_running_call_and_clears_a_half_typed_block(tmp_path: Pat
         term.expect("KeyboardInterrupt")
         term.expect(">>> ")
         term.send("kept")
-        term.expect("Out: 1", timeout=15)
+        term.expect("Out: 1", timeout=10)
         term.expect(">>> ")
         term.send(":quit")
         failed = False
