@@ -162,7 +162,9 @@ def test_sessions_are_isolated_and_independent(tmp_path: Path) -> None:
             group.start_soon(fast)
 
     serve(tmp_path, scenario, "--timeout", "20")
-    assert finished == ["fast", "slow"]
+    # The slow call answered (not a timeout) only because the fast one ran meanwhile; which reply
+    # is read first after that is a race, so only that both came back is asserted.
+    assert sorted(finished) == ["fast", "slow"]
 
 
 @pytest.mark.parametrize("boundary", ["inprocess", "subprocess"])
