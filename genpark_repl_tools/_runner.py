@@ -24,7 +24,7 @@ from ._models import Attachment, ErrorInfo, ExecutionResult
 from ._rich import FigureRun
 from ._session import Session, call_armed
 from ._text import clean
-from ._watchdog import ExecutionCancelled, ExecutionTimeout
+from ._watchdog import ExecutionCancelled, ExecutionTimeout, watchdog
 from .policy._runtime import PolicyRuntime
 
 __all__ = ["run_cell"]
@@ -122,6 +122,7 @@ def run_cell(
     figures = FigureRun(session.figures, limits)
     figures.enter()  # host code, before the guards: may make pyplot headless before the cell imports it
     with capturing(capture):
+        watchdog.start()  # outside the sandbox: starting a thread is refused inside it
         token = runtime.enter()
         # ExecutionTimeout is the only exception expected back: _guarded turns the cell's own into data.
         _, stopped = call_armed(

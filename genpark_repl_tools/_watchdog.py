@@ -86,14 +86,23 @@ class Watchdog:
         self._next_wake = float("inf")
         self._thread: threading.Thread | None = None
 
+    def start(self) -> None:
+        """Start the watchdog's thread if it is not running yet. Call it before sandboxed code runs:
+        on Python 3.12 starting a thread raises an audit event that restricted policies refuse."""
+        with self._lock:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="genpark-repl-watchdog", daemon=True)
+            self._thread.start()
+
     def arm(self, timeout_s: float) -> Slot:
         slot = Slot(threading.get_ident(), time.monotonic() + timeout_s)
         _by_thread[slot.tid] = slot
         with self._lock:
             self._slots.add(slot)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="genpark-repl-watchdog", daemon=True)
-                self._thread.start()
+            self._start_locked()
             if slot.deadline < self._next_wake:
                 self._wake.set()
         return slot

@@ -4,19 +4,25 @@
     python3 scripts/dev.py demo     # run examples/quickstart.py
     python3 scripts/dev.py test     # run every test (creates .venv and installs what tests need)
     python3 scripts/dev.py lint     # ruff + mypy
+    python3 scripts/dev.py test-matrix [3.10 ...] [core|full] [pytest args]   # every Python we claim
     python3 scripts/dev.py bench [--quick]   # benchmarks against bare exec and peers
 
-Each task creates `.venv` on first use and reinstalls only when a requirements file changed.
+Each task creates `.venv` on first use and reinstalls only when a requirements file changed;
+test-matrix does the same with one `.venv-py3XX` (core) or `.venv-py3XX-full` per Python version.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 import venv
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,10 +47,17 @@ PROFILES: dict[str, list[str]] = {
 
 
 def _ensure_venv(profile: str) -> None:
-    if not PY.exists():
-        print(f"creating {VENV.relative_to(ROOT)} ...", flush=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    args = PROFILES[profile]
+    _ensure_env(VENV, PY, PROFILES[profile], profile)
+
+
+def _ensure_env(venv_dir: Path, python: Path, args: list[str], profile: str, base: str | None = None) -> None:
+    """Create `venv_dir` with `base` (default: this interpreter) and install `args` unless already done."""
+    if not python.exists():
+        print(f"creating {venv_dir.relative_to(ROOT)} ...", flush=True)
+        if base is None:
+            venv.EnvBuilder(with_pip=True).create(venv_dir)
+        else:
+            subprocess.run([base, "-m", "venv", str(venv_dir)], check=True)
     digest = hashlib.sha256(" ".join(args).encode())
     for i, arg in enumerate(args):
         if i and args[i - 1] == "-r":
@@ -54,14 +67,18 @@ def _ensure_venv(profile: str) -> None:
                 path = ROOT / arg.split("[")[0] / name
                 if path.exists():
                     digest.update(path.read_bytes())
-    stamp = VENV / f".installed-{profile}"
+    stamp = venv_dir / f".installed-{profile}"
     if stamp.exists() and stamp.read_text() == digest.hexdigest():
         return
     print(
-        f"installing the {profile} dependencies into .venv (first run takes a minute or two) ...", flush=True
+        f"installing the {profile} dependencies into {venv_dir.relative_to(ROOT)} "
+        "(first run takes a minute or two) ...",
+        flush=True,
     )
     subprocess.run(
-        [str(PY), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args], cwd=ROOT, check=True
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
+        cwd=ROOT,
+        check=True,
     )
     stamp.write_text(digest.hexdigest())
 
@@ -132,6 +149,155 @@ def _bench(rest: list[str]) -> int:
     return _run([str(python), "benchmarks/run.py", *rest])
 
 
+# ---- test-matrix: the suite on every Python the package claims -------------------------------------
+# requires-python's floor up to the newest CPython we support. The oldest and newest run everything; the
+# others run the core suite in a venv without any framework (the core must not need one).
+MATRIX = ("3.10", "3.11", "3.12", "3.13")
+FULL_ON = ("3.10", "3.13")
+CORE_ARGS = ["-e", ".[sandbox]", "-r", "requirements/core.txt"]
+# The core suite: everything under tests/ that needs no framework. The MCP tests need the mcp extra and
+# the LangChain example needs LangChain; the full runs cover both.
+CORE_PYTEST = [
+    "tests",
+    "--ignore=tests/mcp",
+    "--ignore=tests/frontends",
+    "--deselect=tests/examples/test_examples.py::test_langchain_agent_offline",
+]
+FRAMEWORKS = ("langchain_core", "langchain", "llama_index", "mcp")
+
+
+def _claimed_floor() -> str:
+    match = re.search(r'requires-python\s*=\s*">=\s*(\d+\.\d+)"', (ROOT / "pyproject.toml").read_text())
+    if not match:
+        raise SystemExit('test-matrix: pyproject.toml has no requires-python = ">=3.X"')
+    return match.group(1)
+
+
+def _version_of(python: Path | str) -> str | None:
+    try:
+        done = subprocess.run(
+            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _pyenv_pythons(version: str) -> list[Path]:
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+
+    def patch(path: Path) -> int:
+        tail = path.parent.parent.name[len(version) + 1 :]
+        return int(tail) if tail.isdigit() else -1
+
+    found = [p for p in root.glob(f"{version}.*/bin/python{version}") if patch(p) >= 0]
+    return sorted(found, key=patch, reverse=True)
+
+
+def _find_python(version: str) -> Path:
+    """An interpreter for `version`: pyenv's versions, then PATH, then `pyenv install`; never skipped."""
+    candidates = _pyenv_pythons(version)
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        candidates.append(Path(on_path))
+    for candidate in candidates:
+        if _version_of(candidate) == version:
+            return candidate
+    pyenv = shutil.which("pyenv") or str(
+        Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "bin/pyenv"
+    )
+    if Path(pyenv).exists():
+        print(f"Python {version} not found; installing it with pyenv (several minutes) ...", flush=True)
+        subprocess.run([pyenv, "install", "--skip-existing", version], check=False)
+        for candidate in _pyenv_pythons(version):
+            if _version_of(candidate) == version:
+                return candidate
+    raise SystemExit(
+        f"test-matrix: Python {version} is not available (looked in ~/.pyenv/versions and PATH"
+        f"{', and pyenv could not install it' if Path(pyenv).exists() else '; pyenv is not installed'}). "
+        f"The package claims {_claimed_floor()}+, so every version in {', '.join(MATRIX)} must run."
+    )
+
+
+def _junit_counts(path: Path) -> dict[str, int]:
+    counts = dict.fromkeys(("tests", "failures", "errors", "skipped", "xfailed"), 0)
+    if path.exists():
+        root = ET.parse(path).getroot()
+        for suite in root.iter("testsuite"):
+            for key in ("tests", "failures", "errors", "skipped"):
+                counts[key] += int(suite.get(key, "0"))
+        counts["xfailed"] = sum(1 for s in root.iter("skipped") if s.get("type") == "pytest.xfail")
+        counts["skipped"] -= counts["xfailed"]
+    return counts
+
+
+def _matrix_run(version: str, full: bool, rest: list[str]) -> tuple[str, int, dict[str, int]]:
+    started = time.monotonic()
+    base = _find_python(version)
+    tag = f"py{version.replace('.', '')}"
+    venv_dir = ROOT / f".venv-{tag}{'-full' if full else ''}"
+    python = venv_dir / ("Scripts" if os.name == "nt" else "bin") / "python"
+    _ensure_env(
+        venv_dir, python, PROFILES["test"] if full else CORE_ARGS, "full" if full else "core", str(base)
+    )
+    label = f"{version} {'full' if full else 'core'}"
+    if not full:
+        # The core suite must run without any framework: prove that none is installed in its venv.
+        probe = "import importlib.util as u, sys; print(*[m for m in sys.argv[1:] if u.find_spec(m)])"
+        present = subprocess.run(
+            [str(python), "-c", probe, *FRAMEWORKS], capture_output=True, text=True, check=True
+        ).stdout.split()
+        if present:
+            raise SystemExit(f"test-matrix: the {label} venv has frameworks installed: {', '.join(present)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "junit.xml"
+        paths = [] if full else CORE_PYTEST
+        print(f"==> Python {label}: {python.relative_to(ROOT)} -m pytest {' '.join(paths)}", flush=True)
+        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
+        code = _run([*cmd, *paths, *rest])
+        counts = _junit_counts(report)
+    if code == 0 and counts["tests"] == 0:
+        code = 5  # no tests ran: never a pass
+    counts["seconds"] = round(time.monotonic() - started)  # venv set-up included
+    return label, code, counts
+
+
+def _test_matrix(rest: list[str]) -> int:
+    versions = [arg for arg in rest if re.fullmatch(r"3\.\d+", arg)]
+    kinds = [arg for arg in rest if arg in ("core", "full")]
+    rest = [arg for arg in rest if arg not in versions and arg not in kinds]
+    if _claimed_floor() != MATRIX[0]:
+        raise SystemExit(
+            f"test-matrix: requires-python says {_claimed_floor()}+ but MATRIX starts at {MATRIX[0]}"
+        )
+    unknown = sorted(set(versions) - set(MATRIX))
+    if unknown:
+        raise SystemExit(f"test-matrix: {', '.join(unknown)} not in the matrix ({', '.join(MATRIX)})")
+    chosen = versions or list(MATRIX)
+    runs: list[tuple[str, bool]] = []
+    if "core" in kinds or not kinds:
+        # A full run includes the core suite: by default the core-only run (no framework installed)
+        # covers the versions the full runs do not, so every version runs the core suite once.
+        runs += [(v, False) for v in chosen if "core" in kinds or v not in FULL_ON]
+    if "full" in kinds or not kinds:
+        runs += [(v, True) for v in FULL_ON if v in chosen]
+    rows = [_matrix_run(version, full, rest) for version, full in runs]
+    print("\ntest-matrix:")
+    for label, code, counts in rows:
+        verdict = "ok" if code == 0 else f"FAILED (pytest exit {code})"
+        failed = counts["failures"] + counts["errors"]
+        passed = counts["tests"] - failed - counts["skipped"] - counts["xfailed"]
+        print(
+            f"  Python {label:<9} {passed:>5} passed {counts['skipped']:>3} skipped "
+            f"{counts['xfailed']:>3} xfailed {failed:>3} failed {counts['seconds']:>5} s  {verdict}"
+        )
+    return 0 if all(code == 0 for _, code, _ in rows) else 1
+
+
 def main(argv: list[str]) -> int:
     task = argv[0] if argv else "help"
     rest = argv[1:]
@@ -149,6 +315,8 @@ def main(argv: list[str]) -> int:
         return code | _run([str(PY), "-m", "mypy"])
     if task == "bench":
         return _bench(rest)
+    if task == "test-matrix":
+        return _test_matrix(rest)
     print(__doc__)
     return 0 if task in ("help", "-h", "--help") else 2
 

@@ -227,7 +227,8 @@ def _safe_enums() -> dict[type, type]:
 
 
 def _checked_create(create: Callable[..., Any]) -> Callable[..., Any]:
-    def _create_(cls: Any, class_name: str, names: Any, /, *args: Any, **kw: Any) -> Any:
+    # Not positional-only: Python 3.13's Enum() passes class_name and names by keyword.
+    def _create_(cls: Any, class_name: str, names: Any, *args: Any, **kw: Any) -> Any:
         if args or kw.get("module") is not None or kw.get("qualname") is not None:
             # module= and qualname= (or the same positionally) would let the class claim a host module
             raise PolicyViolation(

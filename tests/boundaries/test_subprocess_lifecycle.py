@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import gc
 import json
 import os
@@ -10,11 +11,10 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-from _procs import alive, wait_gone
+from _procs import WAIT_S, alive, read_line, wait_for, wait_gone
 
 from genpark_repl_tools import BoundaryError, CapacityError, ExecutionResult, Limits, ReplEngine
 
@@ -74,17 +74,24 @@ def test_close_session_stops_only_that_worker(engine: ReplEngine) -> None:
     assert engine.run("1 + 1", session="staying").value == "2"
 
 
+def _workspace(engine: ReplEngine, session: str) -> str:
+    cwd = engine.run("import os\nos.getcwd()", session=session).value or "''"
+    return str(ast.literal_eval(cwd))
+
+
 def test_closing_a_session_stops_code_that_is_running(engine: ReplEngine) -> None:
     results: list[ExecutionResult] = []
     pid = int(engine.run("import os\nos.getpid()", session="busy").value or 0)
-    thread = threading.Thread(target=lambda: results.append(engine.run("10**10**8", session="busy")))
+    marker = os.path.join(_workspace(engine, "busy"), "started")
+    # C-level work that outlasts the engine's 5 s limit by far: only the close can end it as a crash.
+    code = "open('started', 'w').close()\n10**10**8"
+    thread = threading.Thread(target=lambda: results.append(engine.run(code, session="busy")), daemon=True)
     thread.start()
-    time.sleep(0.3)
-    started = time.monotonic()
+    assert wait_for(lambda: os.path.exists(marker)), "the call never started"
     assert engine.close("busy") is True
-    thread.join(5)
-    assert time.monotonic() - started < 3
-    assert results
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
+    assert len(results) == 1
     assert results[0].status == "crashed"
     assert results[0].error is not None
     assert results[0].error.type == "SessionClosed"
@@ -105,15 +112,14 @@ time.sleep(60)
 
 def test_a_killed_host_leaves_no_orphans() -> None:
     command = [sys.executable, "-c", HOST.format(code=PIDS_WITH_GRANDCHILD)]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as host:
+    with subprocess.Popen(command, stdout=subprocess.PIPE) as host:
         try:
-            assert host.stdout is not None
-            pids = json.loads(host.stdout.readline())
+            pids = json.loads(read_line(host))
             assert len(set(pids)) == 5
             assert all(alive(pid) for pid in pids)
         finally:
             host.kill()  # SIGKILL: no atexit, no finalizers; only the kernel closing its sockets
-    assert wait_gone(pids, timeout=5) == []
+    assert wait_gone(pids) == []
 
 
 def test_a_killed_zygote_is_replaced(engine: ReplEngine) -> None:
@@ -136,10 +142,7 @@ def test_a_killed_zygote_is_replaced(engine: ReplEngine) -> None:
 def test_idle_sessions_are_evicted_after_the_ttl() -> None:
     with ReplEngine(policy="trusted", boundary="subprocess", session_ttl_s=0.3) as engine:
         pid = int(engine.run("import os\nx = 1\nos.getpid()", session="idle").value or 0)
-        deadline = time.monotonic() + 5
-        while "idle" in engine.sessions() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert "idle" not in engine.sessions()
+        assert wait_for(lambda: "idle" not in engine.sessions())
         assert wait_gone([pid]) == []
         result = engine.run("x", session="idle")
         assert result.session_restarted is True
@@ -229,10 +232,23 @@ def test_fd_level_flood_is_bounded(engine: ReplEngine) -> None:
     assert "characters omitted" in result.stdout
 
 
+LATE_PRINTER = """\
+import os, threading, time
+def late():
+    while not os.path.exists('go'):  # the host says when: after this call has returned
+        time.sleep(0.01)
+    print('late', flush=True)
+    open('printed', 'w').close()
+threading.Thread(target=late, daemon=True).start()
+"""
+
+
 def test_output_from_a_thread_after_the_call_reaches_the_next_call(engine: ReplEngine) -> None:
-    code = "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), print('late'))).start()"
-    assert engine.run(code, session="late").stdout == ""
-    time.sleep(0.5)
+    workspace = _workspace(engine, "late")
+    assert engine.run(LATE_PRINTER, session="late").stdout == ""
+    with open(os.path.join(workspace, "go"), "w"):
+        pass
+    assert wait_for(lambda: os.path.exists(os.path.join(workspace, "printed")))
     assert engine.run("print('now')", session="late").stdout == "late\nnow\n"
 
 

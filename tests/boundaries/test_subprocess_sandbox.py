@@ -21,9 +21,10 @@ from genpark_repl_tools import Limits, ReplEngine
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux sandbox tests")
 
 TIMEOUT_S = 1.0
-# The bound for stopping C-level work; the kill itself happens kill_grace_s (0.25 s) after
-# the deadline, so this leaves ~0.25 s for the kill and the reply on a loaded machine.
-KILL_BOUND_S = TIMEOUT_S + 0.5
+# The worker is killed kill_grace_s (0.25 s) after the deadline; on a quiet machine the reply comes
+# within 0.5 s of it (the benchmarks measure that). Here the bound only has to tell a kill from
+# waiting for the work (each snippet runs for well over 25 s), so it leaves room for a loaded machine.
+KILL_BOUND_S = TIMEOUT_S + 10
 
 HUGE_POWER = "10**10**8"
 CATASTROPHIC_REGEX = "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')"
@@ -315,7 +316,7 @@ def test_system_exit_is_not_a_crash(engine: ReplEngine) -> None:
     engine.run("kept = 1", session="exit")
     result = engine.run("raise SystemExit", session="exit")
     assert result.status == "ok"
-    assert result.notes
+    assert result.notes == ["SystemExit does not end the session; its variables are kept."]
     follow = engine.run("kept", session="exit")
     assert (follow.value, follow.session_restarted) == ("1", False)
 

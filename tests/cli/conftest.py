@@ -22,14 +22,11 @@ def write_script(tmp_path: Path) -> WriteScript:
     return write
 
 
-@pytest.fixture
-def restricting_policy() -> str:
-    """A preset whose audit refuses `import socket`; skips until one exists (only 'trusted' did at first)."""
-    for name in cli._known_policies():
-        try:
-            with ReplEngine(policy=name) as engine:
-                if not engine.audit("import socket").allowed:
-                    return name
-        except NotImplementedError:
-            continue
-    pytest.skip("no preset refuses 'import socket' yet (only the trusted policy exists)")
+@pytest.fixture(params=["strict", "standard"])
+def restricting_policy(request: pytest.FixtureRequest) -> str:
+    """A preset whose audit refuses `import socket`: each restricting preset in turn."""
+    name: str = request.param
+    assert name in cli._known_policies()
+    with ReplEngine(policy=name) as engine:
+        assert not engine.audit("import socket").allowed
+    return name

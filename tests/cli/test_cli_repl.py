@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -206,15 +207,31 @@ def test_piped_stdin_gets_no_prompts(tmp_path: Path) -> None:
     assert not (tmp_path / ".genpark_repl_history").exists()  # history is for terminals only
 
 
+# Run first in the child: make the pseudo-terminal its controlling terminal, so ^C and ^D typed there
+# reach it through the terminal's line discipline, as they do for a person at a keyboard.
+_TAKE_TERMINAL = (
+    "import fcntl, os, sys, termios\n"
+    "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 class Terminal:
     """A child process on a pseudo-terminal; every wait is bounded."""
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
         import pty
 
         self.master, child = pty.openpty()
         self.process = subprocess.Popen(
-            args, stdin=child, stdout=child, stderr=child, env=env, start_new_session=True, close_fds=True
+            [sys.executable, "-c", _TAKE_TERMINAL, *args],
+            stdin=child,
+            stdout=child,
+            stderr=child,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+            cwd=cwd,
         )
         os.close(child)
         self.seen = b""
@@ -242,9 +259,29 @@ class Terminal:
     def send(self, line: str) -> None:
         os.write(self.master, line.encode() + b"\r")
 
-    def close(self) -> int:
+    def type_control(self, key: str) -> None:
+        """Type Ctrl-`key` (C: interrupt, D: end of input)."""
+        os.write(self.master, bytes([ord(key.upper()) - ord("@")]))
+
+    def interrupt(self) -> None:
+        """Type Ctrl-C until the REPL answers.
+
+        A ^C that arrives just before readline starts waiting for a key is only acted on at the next
+        one (CPython checks signals when the wait is interrupted), so it is typed again if unanswered.
+        """
+        for _ in range(6):
+            self.type_control("C")
+            try:
+                self.expect("KeyboardInterrupt", timeout=5)
+            except AssertionError:
+                continue
+            return
+        raise AssertionError(f"Ctrl-C was never answered; output: {self.seen[-600:]!r}")
+
+    def close(self, failed: bool = False) -> int:
+        """Wait for the child to leave (kill it at once if the test already failed); its exit code."""
         try:
-            return self.process.wait(timeout=BOUND_S)
+            return -1 if failed else self.process.wait(timeout=BOUND_S)
         finally:
             if self.process.poll() is None:
                 self.process.kill()
@@ -284,3 +321,87 @@ def test_terminal_session_with_prompts_and_history(tmp_path: Path) -> None:
         code = term.close()
     assert code == 0
     assert "answer = 6 * 7" in history.read_text()
+
+
+def terminal_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HOME": str(tmp_path),
+        "TERM": "dumb",
+        "GENPARK_REPL_HISTORY": str(tmp_path / "history"),
+    }
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+@pytest.mark.parametrize(
+    "boundary",
+    ["inprocess", "subprocess"],
+)
+def test_ctrl_c_stops_a_running_call_and_clears_a_half_typed_block(tmp_path: Path, boundary: str) -> None:
+    args = ["--policy", "trusted", "--boundary", boundary, "--timeout", "120"]
+    term = Terminal([sys.executable, "-m", "genpark_repl_tools.cli", *args], terminal_env(tmp_path), tmp_path)
+    failed = True
+    try:
+        term.expect(">>> ")
+        term.send("kept = 1")
+        term.expect(">>> ")
+        # Where the code writes: this directory in-process, the worker's workspace otherwise.
+        term.send("import os, time; os.getcwd()")
+        term.expect(">>> ")
+        cwd = re.findall(r"Out: '([^']+)'", term.seen.decode())
+        assert cwd, term.seen[-600:]
+        started = Path(cwd[-1]) / "started"
+        # At the prompt: the half-typed block is dropped and a new prompt comes.
+        term.send("for i in range(3):")
+        term.expect("... ")
+        term.interrupt()
+        term.expect(">>> ")
+        term.send("'in sync'")  # a ^C answered late would stop this, not the call below
+        term.expect("Out: 'in sync'")
+        term.expect(">>> ")
+        # During a call: it stops long before its 100 s and the REPL keeps the session.
+        term.send("open('started', 'w').close(); time.sleep(100)")
+        deadline = time.monotonic() + BOUND_S
+        while not started.exists():
+            assert time.monotonic() < deadline, f"the call never started: {term.seen[-600:]!r}"
+            time.sleep(0.01)
+        term.type_control("C")  # Python code is running: the signal is seen at once
+        term.expect("KeyboardInterrupt")
+        term.expect(">>> ")
+        term.send("kept")
+        term.expect("Out: 1", timeout=10)
+        term.expect(">>> ")
+        term.send(":quit")
+        failed = False
+    finally:
+        code = term.close(failed)
+    assert code == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+@pytest.mark.parametrize("half_typed", [False, True], ids=["at-the-prompt", "in-a-block"])
+def test_ctrl_d_leaves_with_exit_code_0(tmp_path: Path, half_typed: bool) -> None:
+    term = Terminal(
+        [sys.executable, "-m", "genpark_repl_tools.cli", "--policy", "trusted"], terminal_env(tmp_path)
+    )
+    failed = True
+    try:
+        term.expect(">>> ")
+        term.send("x = 41")
+        term.expect(">>> ")
+        if half_typed:
+            # As at the end of a piped script, the open block runs before the REPL leaves.
+            term.send("for i in range(2):")
+            term.expect("... ")
+            term.send("    print('row', x + i)")
+            term.expect("... ")
+            term.type_control("D")
+            term.expect("row 42")
+        else:
+            term.type_control("D")
+        failed = False
+    finally:
+        code = term.close(failed)
+    assert code == 0
+    assert "x = 41" in (tmp_path / "history").read_text()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import sys
 import threading
 import tracemalloc
@@ -141,7 +140,11 @@ def test_bounded_text_untruncated_is_exact() -> None:
     assert (text.getvalue(), text.truncated) == ("abcdef", False)
 
 
-def test_stderr_from_a_warning_is_captured(engine: ReplEngine) -> None:
-    result = engine.run("import sys\nsys.stderr.write('careful\\n')")
-    assert result.stderr == "careful\n"
-    assert isinstance(sys.stderr, io.TextIOBase) or hasattr(sys.stderr, "write")
+def test_stderr_is_captured_apart_from_stdout_and_the_host_stream_is_back(
+    engine: ReplEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = sys.stderr
+    result = engine.run("import sys\nsys.stderr.write('careful\\n')\nprint('fine')")
+    assert (result.stdout, result.stderr) == ("fine\n", "careful\n")
+    assert sys.stderr is before
+    assert capsys.readouterr().err == ""  # nothing leaked to the host's stream

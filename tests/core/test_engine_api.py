@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -171,3 +173,22 @@ def test_repr_shows_policy_and_sessions() -> None:
     with ReplEngine(policy="trusted") as engine:
         engine.run("1", session="a")
         assert repr(engine) == "<ReplEngine policy='trusted' boundary='inprocess' 1 sessions>"
+
+
+def test_the_core_imports_no_framework() -> None:
+    # A fresh interpreter: the test process itself may have loaded anything.
+    code = (
+        "import sys\n"
+        "import genpark_repl_tools, genpark_repl_tools.cli, genpark_repl_tools.testing\n"
+        "from genpark_repl_tools import ReplEngine\n"
+        "with ReplEngine(policy='trusted') as engine:\n"
+        "    assert engine.run('x = 1\\nx').value == '1'\n"
+        "roots = {name.partition('.')[0] for name in sys.modules}\n"
+        "print(sorted(roots & {'langchain', 'langchain_core', 'langgraph', 'llama_index', 'mcp', 'anyio',\n"
+        "                      'ray', 'redis', 'opentelemetry'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[]\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from genpark_repl_tools import ExecutionResult, Limits, ReplEngine
@@ -12,6 +14,16 @@ NAME_ERROR = "total = 1\nprint('before')\ntotl + 1"
 NESTED_ERROR = "def outer(x):\n    return inner(x)\n\ndef inner(x):\n    return x[3]\n\nouter([1, 2])"
 SYNTAX_ERROR = "for i in range(3)\n    print(i)"
 LOOP = "n = 0\nwhile True:\n    n += 1"
+
+
+def caret(line: str) -> str | None:
+    """A caret line under the failing expression: Python 3.11+ records columns (co_positions), 3.10
+    does not, and then the observation shows the line alone, as Python 3.10's own tracebacks do."""
+    return line if sys.version_info >= (3, 11) else None
+
+
+def lines(*parts: str | None) -> str:
+    return "\n".join(part for part in parts if part is not None)
 
 
 @pytest.fixture
@@ -35,34 +47,34 @@ def test_ok_without_anything_says_how_to_see_a_value(engine: ReplEngine) -> None
 
 def test_name_error(engine: ReplEngine) -> None:
     text = engine.run(NAME_ERROR).to_observation()
-    assert text == (
-        "Error: NameError: name 'totl' is not defined. Did you mean: 'total'?\n"
-        "At line 3:\n"
-        "    totl + 1\n"
-        "    ^^^^\n"
-        "stdout:\n"
-        "before\n"
-        "Variables: created total (int)"  # a typo: the suggestion alone, no "define it first"
+    assert text == lines(
+        "Error: NameError: name 'totl' is not defined. Did you mean: 'total'?",
+        "At line 3:",
+        "    totl + 1",
+        caret("    ^^^^"),
+        "stdout:",
+        "before",
+        "Variables: created total (int)",  # a typo: the suggestion alone, no "define it first"
     )
 
 
 def test_nested_error_shows_user_frames(engine: ReplEngine) -> None:
     text = engine.run(NESTED_ERROR).to_observation()
-    assert text == (
-        "Error: IndexError: list index out of range\n"
-        "At line 5:\n"
-        "        return x[3]\n"
-        "               ^^^^\n"
-        "Traceback (your code only):\n"
-        '  File "<input>", line 7, in <module>\n'
-        "    outer([1, 2])\n"  # no caret when it would underline the whole line, as in Python
-        '  File "<input>", line 2, in outer\n'
-        "    return inner(x)\n"
-        "           ^^^^^^^^\n"
-        '  File "<input>", line 5, in inner\n'
-        "    return x[3]\n"
-        "           ^^^^\n"
-        "Variables: created inner (function), outer (function)"
+    assert text == lines(
+        "Error: IndexError: list index out of range",
+        "At line 5:",
+        "        return x[3]",
+        caret("               ^^^^"),
+        "Traceback (your code only):",
+        '  File "<input>", line 7, in <module>',
+        "    outer([1, 2])",  # no caret when it would underline the whole line, as in Python
+        '  File "<input>", line 2, in outer',
+        "    return inner(x)",
+        caret("           ^^^^^^^^"),
+        '  File "<input>", line 5, in inner',
+        "    return x[3]",
+        caret("           ^^^^"),
+        "Variables: created inner (function), outer (function)",
     )
 
 

@@ -7,16 +7,12 @@ client stops the process tree when the block exits, also on failure.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
-
-pytest.importorskip("mcp")
-
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
@@ -89,22 +85,8 @@ async def check_figure(client: ClientSession) -> None:
     assert "Attached image/png 400x300" in text_of(result)
 
 
-def boundary_available(name: str) -> bool:
-    try:
-        from genpark_repl_tools import ReplEngine
-
-        ReplEngine(policy="trusted", boundary=name).close()
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("boundary", ["inprocess", "subprocess"])
 def test_tools_state_figures_and_crashes(tmp_path: Path, boundary: str) -> None:
-    if not boundary_available(boundary):
-        pytest.skip(f"the {boundary} boundary is not built yet")
-    has_matplotlib = importlib.util.find_spec("matplotlib") is not None
-
     async def scenario(client: ClientSession) -> None:
         tools = {tool.name for tool in (await client.list_tools()).tools}
         assert tools == {"run_python", "list_variables", "inspect_variable", "reset_session"}
@@ -122,8 +104,7 @@ def test_tools_state_figures_and_crashes(tmp_path: Path, boundary: str) -> None:
         listing = text_of(await client.call_tool("list_variables", {"session_id": sid}))
         assert listing.splitlines() == ["Variables (2):", "double: def double(n)", "base: int = 21"]
 
-        if has_matplotlib:
-            await check_figure(client)
+        await check_figure(client)
 
         if boundary == "subprocess":
             # A crash is a result too; the session's next run starts over and says so.
@@ -140,6 +121,21 @@ def test_tools_state_figures_and_crashes(tmp_path: Path, boundary: str) -> None:
     assert "Traceback" not in stderr
 
 
+# The slow call waits for a file that only the fast call creates: if the server ran calls one at a
+# time, the slow one would reach its time limit instead of answering.
+SLOW = (
+    "import os, time\nopen('slow-started', 'w').close()\n"
+    "while not os.path.exists('fast-done'):\n    time.sleep(0.01)\nsecret"
+)
+FAST = "open('fast-done', 'w').close()\n'bob'"
+
+
+async def wait_for_file(path: Path) -> None:
+    with anyio.fail_after(BOUND_S):
+        while not path.exists():
+            await anyio.sleep(0.01)
+
+
 def test_sessions_are_isolated_and_independent(tmp_path: Path) -> None:
     finished: list[str] = []
 
@@ -151,14 +147,13 @@ def test_sessions_are_isolated_and_independent(tmp_path: Path) -> None:
 
         # A slow call in one session does not hold up another session's call.
         async def slow() -> None:
-            code = "import time\ntime.sleep(2)\nsecret"
-            result = await client.call_tool("run_python", {"code": code, "session_id": alice})
+            result = await client.call_tool("run_python", {"code": SLOW, "session_id": alice})
             assert "Out: 'alice'" in text_of(result)
             finished.append("slow")
 
         async def fast() -> None:
-            await anyio.sleep(0.3)
-            result = await client.call_tool("run_python", {"code": "'bob'", "session_id": session_of(bob)})
+            await wait_for_file(tmp_path / "slow-started")
+            result = await client.call_tool("run_python", {"code": FAST, "session_id": session_of(bob)})
             assert "Out: 'bob'" in text_of(result)
             finished.append("fast")
 
@@ -166,8 +161,36 @@ def test_sessions_are_isolated_and_independent(tmp_path: Path) -> None:
             group.start_soon(slow)
             group.start_soon(fast)
 
-    serve(tmp_path, scenario, "--timeout", "20")
-    assert finished == ["fast", "slow"]
+    # In-process: the two sessions share the server's working directory, which the handshake files use
+    # (`mcp` defaults to the subprocess boundary, where each session has its own workspace).
+    serve(tmp_path, scenario, "--timeout", "20", "--boundary", "inprocess")
+    # The slow call answered (not a timeout) only because the fast one ran meanwhile; which reply
+    # is read first after that is a race, so only that both came back is asserted.
+    assert sorted(finished) == ["fast", "slow"]
+
+
+@pytest.mark.parametrize("boundary", ["inprocess", "subprocess"])
+def test_a_megabyte_of_output_is_a_well_formed_bounded_reply(tmp_path: Path, boundary: str) -> None:
+    async def scenario(client: ClientSession) -> None:
+        code = "import sys\nprint('x' * 1_000_000)\nfor i in range(20_000):\n    print(i)\n'done'"
+        result = await client.call_tool("run_python", {"code": code})
+        assert result.is_error is False
+        text = text_of(result)
+        assert text.startswith("OK\nstdout:\nxxxx")
+        assert "characters omitted" in text
+        assert "Out: 'done'" in text
+        assert len(text) <= 12_000 + 200  # Limits.max_observation_chars, plus the session line
+        assert result.structured_content is not None
+        telemetry = result.structured_content["result"]
+        assert telemetry["stdout_truncated"] is True
+        assert telemetry["stdout"].endswith("19998\n19999\n")
+        assert len(telemetry["stdout"]) <= 20_200  # Limits.max_output_chars, plus the omission marker
+        # The server is still there and answers the next call on the same session.
+        after = await client.call_tool("run_python", {"code": "6 * 7", "session_id": session_of(result)})
+        assert "Out: 42" in text_of(after)
+
+    stderr = serve(tmp_path, scenario, "--boundary", boundary)
+    assert "Traceback" not in stderr
 
 
 def test_bad_input_is_answered_and_the_server_keeps_serving(tmp_path: Path) -> None:

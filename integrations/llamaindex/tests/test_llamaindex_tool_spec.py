@@ -75,7 +75,8 @@ def test_descriptions_start_with_the_signature_the_model_calls(spec: GenparkRepl
         assert "Context" not in description
         assert "ToolOutput" not in description
         # OpenAI-style tool definitions cap descriptions at 1024 characters.
-        assert tool.metadata.to_openai_tool()["function"]["name"] == tool.metadata.name
+        assert len(description) <= 1024
+        assert tool.metadata.to_openai_tool()["function"]["description"] == description
 
 
 def test_schemas_have_only_model_arguments(spec: GenparkReplToolSpec) -> None:
