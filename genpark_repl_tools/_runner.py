@@ -27,12 +27,13 @@ from ._text import clean
 from ._watchdog import ExecutionCancelled, ExecutionTimeout, watchdog
 from .policy._runtime import PolicyRuntime
 
-__all__ = ["run_cell"]
+__all__ = ["OUT_OF_MEMORY", "run_cell"]
 
 _MISSING = object()
 _SOURCES_KEPT = 256
 _MAX_TB_FRAMES = 30
 _LATE_STOP_NOTE_S = 0.5
+OUT_OF_MEMORY = "out of memory"
 
 
 class _Outcome:
@@ -394,6 +395,8 @@ def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit:
         message = exception_only[at + 1 + len(prefix) :]
     else:  # no message at all: "KeyboardInterrupt"
         message = "" if exception_only == type_label else exception_only
+    if isinstance(exc, MemoryError) and not message:
+        message = OUT_OF_MEMORY  # Python says nothing; a boundary with a cap names it (the worker)
     here = [f for f in frames if f.filename == cell.filename]
     anchor = here[-1] if here else (frames[-1] if frames else None)
     lines = ["Traceback (most recent call last):", *_format_frames(frames), exception_only]

@@ -32,7 +32,9 @@ from ._subprocess._host import Died, OutputSink, TimedOut, WorkerHandle
 from ._subprocess._os import prepare_workspace_root, resolve_user, session_dirname
 from ._subprocess._spawn import WorkerPool, worker_env, zygote_config
 
-__all__ = ["SubprocessBoundary"]
+__all__ = ["DEFAULT_MEMORY_MB", "SubprocessBoundary"]
+
+DEFAULT_MEMORY_MB = 4096
 
 _EXIT_WAIT_S = 2.0
 _EVICTED_KEPT = 4096
@@ -100,6 +102,9 @@ class SubprocessBoundary(BaseBoundary):
         require         protections that must be active, e.g. ("network_isolation",
                         "filesystem_confinement"); BoundaryError at construction otherwise
         python          interpreter for the zygote (default: this one)
+        default_memory_mb  the address-space cap of a worker when Limits.memory_mb is not set
+                        (4096 MiB: a memory bomb fails inside its worker, never on the host);
+                        None lifts it
     """
 
     name = "subprocess"
@@ -122,7 +127,12 @@ class SubprocessBoundary(BaseBoundary):
         max_processes: int | None = None,
         require: Iterable[str] = (),
         python: str | None = None,
+        default_memory_mb: int | None = DEFAULT_MEMORY_MB,
     ) -> None:
+        if limits.memory_mb is None and default_memory_mb is not None:
+            # A safe cap unless the caller chose one: the boundary's promise is that a memory bomb
+            # cannot touch the host. Everything downstream (rlimits, describe()) sees the same Limits.
+            limits = limits.model_copy(update={"memory_mb": default_memory_mb})
         super().__init__(policy, limits)
         if session_ttl_s is not None and session_ttl_s <= 0:
             raise ValueError("session_ttl_s must be positive or None")

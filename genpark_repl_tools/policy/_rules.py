@@ -2,10 +2,47 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
+import importlib.util
 import unicodedata
 
 from ._model import Policy
+
+_LISTED_MODULES = 16
+# What an agent reaches for most, in the order a refusal lists them (when the policy allows them).
+_USEFUL_MODULES = (
+    "math",
+    "statistics",
+    "json",
+    "re",
+    "datetime",
+    "collections",
+    "itertools",
+    "functools",
+    "random",
+    "decimal",
+    "fractions",
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "scipy",
+    "csv",
+    "string",
+    "textwrap",
+    "dataclasses",
+    "typing",
+)
+
+
+@functools.cache
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
 
 __all__ = ["GEN_UNSAFE_EXCEPTIONS", "StaticRules", "exact", "nfkc", "rules_for"]
 
@@ -58,8 +95,8 @@ class StaticRules:
         self.class_dunder_reasons = dict(attrs.class_dunder_reasons)
         self.max_bits = policy.max_constant_bits
         self.max_length = policy.max_constant_length
-        allowed = policy.allowed_modules()
-        self.allowed_modules_text = ", ".join(allowed)
+        # Only what is importable here: a refusal must not send the model to a module it cannot load.
+        self.allowed_modules = [m for m in policy.allowed_modules() if _importable(m)]
         self.key = ""  # digest of the policy, set by rules_for()
 
     # ---- attribute names -------------------------------------------------------------------------
@@ -110,7 +147,18 @@ class StaticRules:
             subs = sorted(r.name for r in self.policy.imports if r.allowed and r.name.startswith(top + "."))
             allowed = ", ".join(subs) if subs else f"'{top}' itself"
             return f"{base}; allowed from {top}: {allowed}"
-        return f"{base}; allowed: {self.allowed_modules_text}"
+        return f"{base}; {self.allowed_text(module)}"
+
+    def allowed_text(self, refused: str) -> str:
+        """The allowed modules for a refusal of `refused`: the ones closest to what was asked first,
+        then the commonly useful, then how many more; never the whole list of dozens."""
+        allowed = self.allowed_modules
+        if len(allowed) <= _LISTED_MODULES:
+            return "allowed: " + ", ".join(allowed)
+        near = difflib.get_close_matches(refused.partition(".")[0], allowed, n=3, cutoff=0.6)
+        shown = near + [m for m in _USEFUL_MODULES if m in allowed and m not in near]
+        shown = shown[:_LISTED_MODULES]
+        return f"allowed include: {', '.join(shown)} and {len(allowed) - len(shown)} more"
 
     def imported_name_refusal(self, module: str, name: str) -> str | None:
         """Why `from module import name` is refused statically, or None if the view decides."""

@@ -67,3 +67,17 @@ def ok(result: ExecutionResult) -> ExecutionResult:
 
 def allowed_modules(policy: str) -> str:
     return ALLOWED_STRICT if policy == "strict" else ALLOWED_STANDARD
+
+
+def assert_import_refused(message: str, module: str, policy: str) -> None:
+    """An import refusal names the module and the policy, then a short list of allowed modules that are
+    importable here (closest to the refused name first) and how many more there are."""
+    head = f"import of '{module}' is not allowed under policy '{policy}'; allowed include: "
+    assert message.startswith(head), message
+    listed, _, more = message[len(head) :].rpartition(" and ")
+    names = listed.split(", ")
+    assert more.endswith(" more") and int(more.split()[0]) > 0, message
+    assert len(names) == 16 and "math" in names and "json" in names, message
+    full = allowed_modules(policy).split(", ")
+    assert set(names) <= set(full), message
+    assert len(names) + int(more.split()[0]) <= len(full), message

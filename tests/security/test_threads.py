@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _security import allowed_modules, blocked, ok, run
+from _security import assert_import_refused, blocked, ok, run
 
 from genpark_repl_tools import Limits, Policy, ReplEngine
 
@@ -24,10 +24,7 @@ VIA_QUEUE_MODULE = "import queue\nqueue.threading.Thread(target=print).start()"
     ],
 )
 def test_thread_modules_are_refused(engine: ReplEngine, code: str, module: str) -> None:
-    policy = engine.policy.name
-    assert blocked(run(engine, code)) == (
-        f"import of '{module}' is not allowed under policy '{policy}'; allowed: {allowed_modules(policy)}"
-    )
+    assert_import_refused(blocked(run(engine, code)), module, engine.policy.name)
 
 
 def test_threading_is_not_reachable_through_allowed_modules(engine: ReplEngine) -> None:

@@ -32,7 +32,7 @@ from ..._compile import compile_cell
 from ..._exceptions import VariableNotFound
 from ..._limits import Limits
 from ..._models import ErrorInfo, ExecutionResult
-from ..._runner import run_cell
+from ..._runner import OUT_OF_MEMORY, run_cell
 from ..._session import Session
 from ..._text import clean
 from ..._watchdog import watchdog
@@ -259,6 +259,12 @@ class _Worker:
             # usage (issue 19): the whole worker's CPU, and its peak memory (a process high-water mark)
             result.usage.cpu_ms = round((_process_cpu_s() - cpu_started) * 1000, 3)
             result.usage.peak_memory_mb = _peak_memory_mb()
+            error = result.error
+            if error is not None and error.message == OUT_OF_MEMORY and limits.memory_mb:
+                # The worker's address-space cap is what ran out: say so (Python's MemoryError is silent).
+                error.message = (
+                    f"the worker's memory limit of {limits.memory_mb} MiB (Limits.memory_mb) was reached"
+                )
             return result.model_dump_json().encode()
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
             fallback = ExecutionResult(
