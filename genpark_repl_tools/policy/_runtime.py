@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from .._models import AuditFinding
 from ._model import Policy
+from ._sleep import interruptible_sleep
 
 __all__ = ["PolicyRuntime", "TrustedRuntime", "interruptible_sleep", "runtime_for"]
 
@@ -46,22 +47,6 @@ class PolicyRuntime(Protocol):
         ...
 
     def exit(self, token: Any) -> None: ...
-
-
-_real_sleep = _time.sleep
-_SLEEP_STEP_S = 0.02
-
-
-def interruptible_sleep(seconds: float) -> None:
-    """`time.sleep` in short steps, so the watchdog's timeout can land between them."""
-    if seconds < 0:
-        raise ValueError("sleep length must be non-negative")
-    end = _time.monotonic() + seconds
-    while True:
-        remaining = end - _time.monotonic()
-        if remaining <= 0:
-            return
-        _real_sleep(min(remaining, _SLEEP_STEP_S))
 
 
 class _TimeModule(types.ModuleType):
