@@ -9,7 +9,9 @@ from genpark_repl_tools.boundaries.subprocess import DEFAULT_MEMORY_MB
 def test_a_default_memory_cap_protects_the_host() -> None:
     with ReplEngine(policy="trusted", boundary="subprocess") as engine:
         assert engine.limits.memory_mb == DEFAULT_MEMORY_MB
-        assert engine.describe()["enforced"]["memory_limit"] == f"RLIMIT_AS {DEFAULT_MEMORY_MB} MiB per worker"
+        assert (
+            engine.describe()["enforced"]["memory_limit"] == f"RLIMIT_AS {DEFAULT_MEMORY_MB} MiB per worker"
+        )
         engine.run("kept = 1")
         result = engine.run(f"x = bytearray({DEFAULT_MEMORY_MB + 1024} * 1024**2)")
         assert result.error is not None and result.error.type == "MemoryError"

@@ -18,5 +18,7 @@ def test_modules_that_are_not_installed_are_not_offered() -> None:
 def test_the_closest_allowed_module_comes_first() -> None:
     with ReplEngine(policy="standard") as engine:
         message = engine.run("import nump").findings[0].message
-    assert message.startswith("import of 'nump' is not allowed under policy 'standard'; allowed include: numpy, ")
+    assert message.startswith(
+        "import of 'nump' is not allowed under policy 'standard'; allowed include: numpy, "
+    )
     assert message.endswith(" more")
