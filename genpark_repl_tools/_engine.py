@@ -72,7 +72,7 @@ class ReplEngine:
         except BaseException:
             self._boundary.close()
             raise
-        # ---- durable sessions (issue 13, phase 1: in-process boundary only) ----
+        # ---- durable sessions (issue 13) ----
         self._durable: Durability | None = None
         self._snapshot_key = snapshot_key
         if store is not None:
@@ -226,7 +226,7 @@ class ReplEngine:
         if self._durable is not None:
             self._durable.forget(session)  # with a store, the stored snapshot goes too
 
-    # ---- durable sessions (issue 13, phase 1: in-process boundary only) -------------------------
+    # ---- durable sessions (issue 13) ---------------------------------------------------------------
 
     def snapshot(self, session: str = "default") -> SessionSnapshot:
         """The session's variables by value and imports by name, signed with this engine's key."""

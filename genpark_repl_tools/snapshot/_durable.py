@@ -1,9 +1,9 @@
-"""The engine's durable-session plumbing for the in-process boundary (issue 13, phase 1).
+"""The engine's durable-session plumbing (issue 13).
 
-`Durability` takes and restores snapshots of the in-process boundary's sessions and, with a store,
-wraps each run: take the session's lease, restore the session from the store when this process
-does not hold its latest version, run, save. The shared session model will own this later; until
-then it reaches into `InProcessBoundary` through `_session()` only.
+`Durability` takes and restores snapshots through the boundary's own `snapshot_session` /
+`restore_session` (in-process: the session object itself; subprocess: inside the sandboxed worker,
+the host signing and checking) and, with a store, wraps each run: take the session's lease, restore
+the session from the store when this process does not hold its latest version, run, save.
 """
 
 from __future__ import annotations
@@ -14,14 +14,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._boundary import BaseBoundary, ExecutionRequest
-from .._exceptions import SessionNotFound
 from .._models import ExecutionResult, SessionRestore
 from ._format import SessionSnapshot, SnapshotError
-from ._load import restore_snapshot
-from ._save import take_snapshot
 
 if TYPE_CHECKING:
-    from .._session import Session
     from ..stores import SessionStore
 
 __all__ = ["Durability", "resolve_key"]
@@ -49,7 +45,7 @@ def resolve_key(key: bytes | str | None, store: SessionStore | None) -> bytes:
 
 
 class Durability:
-    """Snapshots and restores for one engine's in-process sessions, optionally through a store."""
+    """Snapshots and restores for one engine's sessions, optionally through a store."""
 
     def __init__(
         self,
@@ -57,24 +53,15 @@ class Durability:
         key: bytes,
         store: SessionStore | None,
     ) -> None:
-        from ..boundaries.inprocess import InProcessBoundary
-
-        if not isinstance(boundary, InProcessBoundary):
-            raise ValueError(
-                f"snapshots and stores work with the inprocess boundary for now, not {boundary.name!r}"
-            )
+        if not boundary.supports_snapshots:
+            raise ValueError(f"the {boundary.name!r} boundary does not support snapshots and stores")
         self.boundary = boundary
         self.key = key
         self.store = store
         self._versions: dict[str, int] = {}  # store version this process last loaded or saved
 
-    def _session(self, name: str, create: bool) -> Session:
-        return self.boundary.session(name, create=create)
-
     def snapshot(self, name: str) -> SessionSnapshot:
-        session = self._session(name, create=False)
-        with session.lock:
-            return take_snapshot(session, self.boundary.runtime, self.boundary.limits, self.key)
+        return self.boundary.snapshot_session(name, self.key)
 
     def restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
         """Restore by hand; with a store, the restored state becomes the stored one too."""
@@ -88,10 +75,7 @@ class Durability:
     def _restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
         if not isinstance(snapshot, SessionSnapshot):
             snapshot = SessionSnapshot.from_bytes(snapshot)
-        session = self._session(name, create=True)
-        runtime = self.boundary.runtime
-        with session.lock:
-            return restore_snapshot(session, runtime, self.boundary.limits, snapshot, self.key)
+        return self.boundary.restore_session(name, snapshot, self.key)
 
     # ---- with a store -----------------------------------------------------------------------------
 
@@ -137,13 +121,6 @@ class Durability:
             with self.store.hold(name):
                 self.store.delete(name)
             self._versions.pop(name, None)
-
-    def has_session(self, name: str) -> bool:
-        try:
-            self._session(name, create=False)
-        except SessionNotFound:
-            return False
-        return True
 
 
 def _ran(result: ExecutionResult) -> bool:

@@ -31,6 +31,8 @@ __all__ = [
 
 MAGIC = b"GPRSNAP1"
 FORMAT = 1
+# header["origin"] of a snapshot whose payload a sandboxed subprocess worker wrote (the host signed it)
+SANDBOXED_ORIGIN = "sandboxed-worker"
 _MAC_SIZE = 32
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")

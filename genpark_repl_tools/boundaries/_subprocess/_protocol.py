@@ -36,6 +36,8 @@ EXEC = ord("X")
 VARIABLES = ord("V")
 INSPECT = ord("I")
 RESET = ord("Z")
+SNAPSHOT = ord("P")  # take a snapshot of the session (issue 13)
+LOAD = ord("U")  # payload: a snapshot blob to restore (already checked by the host)
 # worker -> host
 READY = ord("Y")
 RESULT = ord("R")
@@ -44,6 +46,9 @@ VARIABLE = ord("O")
 NOT_FOUND = ord("N")
 ACK = ord("K")
 FAILED = ord("E")
+SNAPSHOT_DATA = ord("D")  # payload: a snapshot blob signed with WORKER_SNAPSHOT_KEY
+RESTORED = ord("T")  # payload: SessionRestore JSON
+REFUSED = ord("W")  # payload: {"type", "message", "reason"} of a SnapshotError
 # host -> zygote
 CONFIG = ord("C")
 SPAWN = ord("S")
@@ -54,6 +59,12 @@ QUIT = ord("Q")
 HELLO = ord("H")
 EXITED = ord("X")
 SPAWN_FAILED = ord("F")
+
+# The worker never holds the engine's snapshot key. It signs what it produces with this public
+# placeholder (so the shared save/load code runs unchanged); the host checks a blob with the real
+# key before re-signing it with this one for the worker, and signs what the worker returns with the
+# real key. The placeholder authenticates nothing: it only keeps the format one format.
+WORKER_SNAPSHOT_KEY = b"genpark-repl: signed by the host, not here"
 
 
 class ProtocolError(Exception):

@@ -287,6 +287,8 @@ class _Worker:
 
     def _query(self, kind: int, payload: bytes) -> tuple[int, bytes]:
         session = self.session
+        if kind in (P.SNAPSHOT, P.LOAD):
+            return self._snapshot_request(kind, payload)
         request = json.loads(payload) if payload else {}
         with session.lock:
             if kind == P.VARIABLES:
@@ -302,6 +304,27 @@ class _Worker:
                 session.reset()
                 return P.ACK, b""
         raise P.ProtocolError(f"unknown request kind {kind!r}")
+
+    def _snapshot_request(self, kind: int, payload: bytes) -> tuple[int, bytes]:
+        """Take or load a snapshot here, inside the sandbox, with the code in-process uses."""
+        from ...snapshot._format import SessionSnapshot, SnapshotError, SnapshotRefused
+        from ...snapshot._load import restore_snapshot
+        from ...snapshot._save import take_snapshot
+
+        key = P.WORKER_SNAPSHOT_KEY
+        try:
+            with self.session.lock:
+                if kind == P.SNAPSHOT:
+                    snapshot = take_snapshot(self.session, self.runtime, self.limits, key)
+                    return P.SNAPSHOT_DATA, snapshot.to_bytes()
+                blob = SessionSnapshot.from_bytes(payload)
+                del payload
+                info = restore_snapshot(self.session, self.runtime, self.limits, blob, key)
+                return P.RESTORED, info.model_dump_json().encode()
+        except SnapshotError as exc:
+            reason = exc.reason if isinstance(exc, SnapshotRefused) else str(exc)
+            refusal = {"type": type(exc).__name__, "message": str(exc), "reason": reason}
+            return P.REFUSED, json.dumps(refusal).encode()
 
 
 def _process_cpu_s() -> float:
