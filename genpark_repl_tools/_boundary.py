@@ -123,6 +123,10 @@ class BaseBoundary(ABC):
         """
         raise NotImplementedError(f"the {self.name} boundary does not restore snapshots")
 
+    def session_lost(self, session: str) -> bool:
+        """Whether the session's state was lost (its worker ended) and it would restart empty."""
+        return False
+
     def describe(self) -> dict[str, Any]:
         """What this boundary actually enforces here (never claims a protection that is off)."""
         return {"boundary": self.name, "policy": self.policy.name}

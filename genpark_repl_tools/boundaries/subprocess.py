@@ -333,6 +333,10 @@ class SubprocessBoundary(BaseBoundary):
                 state.last_used = time.monotonic()
                 return info
 
+    def session_lost(self, session: str) -> bool:
+        state = self._sessions.find(session)
+        return state is not None and not state.closed and state.lost is not None
+
     def _snapshot_call(
         self, state: _SessionState, worker: WorkerHandle, kind: int, payload: bytes, *, fresh: bool
     ) -> tuple[int, bytes]:

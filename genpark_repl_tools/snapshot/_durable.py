@@ -25,6 +25,10 @@ __all__ = ["Durability", "resolve_key"]
 KEY_ENV = "GENPARK_REPL_SNAPSHOT_KEY"
 _MIN_KEY_BYTES = 16
 _SHOWN_NAMES = 20
+# the subprocess boundary's hint for a lost worker (boundaries/_subprocess/_claims.py), and what a
+# rollback says instead
+LOST_SESSION_HINT = "The session's variables are lost; the next run starts a fresh session."
+ROLLED_BACK_HINT = "The session was rolled back to its state before this cell."
 
 
 def resolve_key(key: bytes | str | None, store: SessionStore | None) -> bytes:
@@ -89,7 +93,9 @@ class Durability:
         with store.hold(name):
             restored = self._catch_up(name)
             result = execute(request)
-            if _ran(result):
+            if _ran(result) and self.boundary.session_lost(name):
+                result = self._roll_back(name, result)
+            elif _ran(result):
                 try:
                     entry = store.put(name, self.snapshot(name).to_bytes())
                     self._versions[name] = entry.version
@@ -101,6 +107,26 @@ class Durability:
             update = {"session_restored": restored, "notes": [*notes, *result.notes]}
             result = result.model_copy(update=update)
         return result
+
+    def _roll_back(self, name: str, result: ExecutionResult) -> ExecutionResult:
+        """The cell's worker was lost: bring the session back to its last stored state, which is the
+        state before this cell (every run that changed it was saved). Nothing is saved over it."""
+        assert self.store is not None
+        stored = self.store.get(name)
+        if stored is None:
+            return result  # nothing was stored yet: the session restarts empty, as without a store
+        try:
+            self._restore(name, stored.data)
+        except Exception as exc:  # the result stays what it was: the variables are lost
+            note = f"Rolling the session back to its stored snapshot failed ({type(exc).__name__}: {exc})."
+            return result.model_copy(update={"notes": [*result.notes, note]})
+        self._versions[name] = stored.entry.version
+        error = result.error
+        if error is not None and error.hint:
+            hint = error.hint.replace(LOST_SESSION_HINT, ROLLED_BACK_HINT)
+            error = error.model_copy(update={"hint": hint})
+        note = "Rolled back: the variables from before this cell are intact; this cell's changes are gone."
+        return result.model_copy(update={"rolled_back": True, "error": error, "notes": [*result.notes, note]})
 
     def _catch_up(self, name: str) -> SessionRestore | None:
         """Restore the session from the store unless this process holds its latest version."""
