@@ -123,6 +123,11 @@ class BaseBoundary(ABC):
         """
         raise NotImplementedError(f"the {self.name} boundary does not restore snapshots")
 
+    def hibernate(self, session: str) -> bool:
+        """Stop an idle session's process, keeping its files (its state is in the session store);
+        False if it is busy, unknown, or this boundary has nothing to stop."""
+        return False
+
     def session_lost(self, session: str) -> bool:
         """Whether the session's state was lost (its worker ended) and it would restart empty."""
         return False

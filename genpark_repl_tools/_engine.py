@@ -49,6 +49,7 @@ class ReplEngine:
         *,
         store: SessionStore | None = None,
         snapshot_key: bytes | str | None = None,
+        hibernate_after_s: float | None = None,
         on_event: EventSink | None = None,
         audit_log: str | os.PathLike[str] | None = None,
         tracing: bool | Any | None = None,
@@ -75,9 +76,9 @@ class ReplEngine:
         # ---- durable sessions (issue 13) ----
         self._durable: Durability | None = None
         self._snapshot_key = snapshot_key
-        if store is not None:
+        if store is not None or hibernate_after_s is not None:
             try:
-                self._durability(store)
+                self._durability(store, hibernate_after_s)
             except BaseException:
                 self._boundary.close()
                 raise
@@ -244,12 +245,26 @@ class ReplEngine:
         _check_session(session)
         return self._durability().restore(session, snapshot)
 
-    def _durability(self, store: SessionStore | None = None) -> Durability:
+    def hibernate(self, session: str = "default") -> bool:
+        """Stop the session's worker now, keeping its state in the store; its next call restores it.
+
+        False if it is running, its last change could not be saved, or there is nothing to stop.
+        Needs a store (with `hibernate_after_s`, idle sessions hibernate by themselves).
+        """
+        self._check_open()
+        _check_session(session)
+        if self._durable is None or self._durable.store is None:
+            raise ValueError("hibernation needs a store: ReplEngine(store=...)")
+        return self._durable.hibernate(session)
+
+    def _durability(
+        self, store: SessionStore | None = None, hibernate_after_s: float | None = None
+    ) -> Durability:
         if self._durable is None:
             from .snapshot._durable import Durability, resolve_key
 
             key = resolve_key(self._snapshot_key, store)
-            self._durable = Durability(self._boundary, key, store)
+            self._durable = Durability(self._boundary, key, store, hibernate_after_s)
         return self._durable
 
     def sessions(self) -> list[str]:
@@ -269,6 +284,8 @@ class ReplEngine:
             return self._boundary.close_session(session)
         if not self._closed:
             self._closed = True
+            if self._durable is not None:
+                self._durable.close()
             try:
                 self._boundary.close()
             finally:

@@ -585,16 +585,32 @@ class SubprocessBoundary(BaseBoundary):
             try:
                 if state.closed or time.monotonic() - state.last_used <= ttl:
                     continue
-                with self._sessions.lock:
-                    self._sessions.pop(state.name, state)
-                    self._evicted[state.name] = None
-                    while len(self._evicted) > _EVICTED_KEPT:
-                        self._evicted.popitem(last=False)
-                state.closed = True
-                if state.worker is not None:
-                    self._retire(state, state.worker, drain=(None, None))
+                self._evict(state)
             finally:
                 state.lock.release()
+
+    def _evict(self, state: _SessionState) -> None:
+        """Drop an idle session and stop its worker, keeping its workspace (caller holds state.lock)."""
+        with self._sessions.lock:
+            self._sessions.pop(state.name, state)
+            self._evicted[state.name] = None
+            while len(self._evicted) > _EVICTED_KEPT:
+                self._evicted.popitem(last=False)
+        state.closed = True
+        if state.worker is not None:
+            self._retire(state, state.worker, drain=(None, None))
+
+    def hibernate(self, session: str) -> bool:
+        state = self._sessions.find(session)
+        if state is None or not state.lock.acquire(blocking=False):
+            return False  # unknown, or busy right now
+        try:
+            if state.closed or state.running is not None:
+                return False
+            self._evict(state)
+            return True
+        finally:
+            state.lock.release()
 
     def _check_required(self, required: list[str]) -> None:
         description = self.describe()

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._boundary import BaseBoundary, ExecutionRequest
 from .._models import ExecutionResult, SessionRestore
+from ..stores._base import SessionBusy
 from ._format import SessionSnapshot, SnapshotError
 
 if TYPE_CHECKING:
@@ -56,13 +60,34 @@ class Durability:
         boundary: BaseBoundary,
         key: bytes,
         store: SessionStore | None,
+        hibernate_after_s: float | None = None,
     ) -> None:
         if not boundary.supports_snapshots:
             raise ValueError(f"the {boundary.name!r} boundary does not support snapshots and stores")
+        if hibernate_after_s is not None:
+            if store is None:
+                raise ValueError("hibernate_after_s needs a store to keep hibernated sessions in")
+            if not hibernate_after_s > 0:
+                raise ValueError("hibernate_after_s must be a positive number of seconds")
         self.boundary = boundary
         self.key = key
         self.store = store
         self._versions: dict[str, int] = {}  # store version this process last loaded or saved
+        self._unsaved: set[str] = set()  # sessions whose last change could not be saved
+        self._last_used: dict[str, float] = {}  # sessions this process ran, with their last run's end
+        self.hibernate_after_s = hibernate_after_s
+        self._stop = threading.Event()
+        if hibernate_after_s is not None:
+            interval = min(max(hibernate_after_s / 4, 0.05), 30.0)
+            threading.Thread(
+                target=_hibernator,
+                args=(weakref.ref(self), self._stop, interval),
+                name="genpark-repl-hibernate",
+                daemon=True,
+            ).start()
+
+    def close(self) -> None:
+        self._stop.set()
 
     def snapshot(self, name: str) -> SessionSnapshot:
         return self.boundary.snapshot_session(name, self.key)
@@ -91,16 +116,21 @@ class Durability:
         name = request.session
         notes: list[str] = []
         with store.hold(name):
-            restored = self._catch_up(name)
-            result = execute(request)
-            if _ran(result) and self.boundary.session_lost(name):
-                result = self._roll_back(name, result)
-            elif _ran(result):
-                try:
-                    entry = store.put(name, self.snapshot(name).to_bytes())
-                    self._versions[name] = entry.version
-                except SnapshotError as exc:
-                    notes.append(f"This run's changes were not saved to the session store: {exc}.")
+            try:
+                restored = self._catch_up(name)
+                result = execute(request)
+                if _ran(result) and self.boundary.session_lost(name):
+                    result = self._roll_back(name, result)
+                elif _ran(result):
+                    try:
+                        entry = store.put(name, self.snapshot(name).to_bytes())
+                        self._versions[name] = entry.version
+                        self._unsaved.discard(name)
+                    except SnapshotError as exc:
+                        self._unsaved.add(name)  # never hibernated: that would lose this run
+                        notes.append(f"This run's changes were not saved to the session store: {exc}.")
+            finally:
+                self._last_used[name] = time.monotonic()
         if restored is not None:
             notes.insert(0, restore_note(restored))
         if notes:
@@ -141,12 +171,57 @@ class Durability:
         self._versions[name] = stored.entry.version
         return restored
 
+    # ---- hibernation ------------------------------------------------------------------------------
+
+    def hibernate(self, name: str) -> bool:
+        """Stop the session's worker if its latest state is the stored one; it comes back from the
+        store on its next call. False if it is busy, unsaved, or not held here."""
+        store = self.store
+        if store is None:
+            raise ValueError("hibernation needs a store")
+        if name in self._unsaved:
+            return False
+        try:
+            lease = store.acquire(name, wait_s=0)
+        except SessionBusy:
+            return False
+        try:
+            entry = store.info(name)
+            if entry is None or self._versions.get(name) != entry.version:
+                return False
+            stopped = self.boundary.hibernate(name)
+        finally:
+            store.release(lease)
+        if stopped:
+            self._last_used.pop(name, None)
+        return stopped
+
+    def hibernate_idle(self) -> None:
+        limit = self.hibernate_after_s
+        assert limit is not None
+        now = time.monotonic()
+        for name, last in list(self._last_used.items()):
+            if now - last > limit:
+                try:
+                    self.hibernate(name)
+                except Exception:  # a store hiccup: try again at the next pass
+                    continue
+
     def forget(self, name: str) -> None:
         """The session was reset: its stored snapshot goes too."""
         if self.store is not None:
             with self.store.hold(name):
                 self.store.delete(name)
             self._versions.pop(name, None)
+
+
+def _hibernator(ref: weakref.ref[Durability], stop: threading.Event, interval: float) -> None:
+    while not stop.wait(interval):
+        durability = ref()
+        if durability is None:
+            return
+        durability.hibernate_idle()
+        del durability
 
 
 def _ran(result: ExecutionResult) -> bool:
