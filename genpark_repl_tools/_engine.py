@@ -209,6 +209,7 @@ class ReplEngine:
         """The session's variables; a session that has not run anything yet has none."""
         self._check_open()
         _check_session(session)
+        self._catch_up(session)
         try:
             return self._boundary.variables(session, include_hidden=include_hidden)
         except SessionNotFound:
@@ -217,12 +218,17 @@ class ReplEngine:
     def inspect(self, name: str, session: str = "default") -> VariableInfo:
         self._check_open()
         _check_session(session)
+        self._catch_up(session)
         return self._boundary.inspect(session, name)
 
     def reset(self, session: str = "default") -> None:
         self._check_open()
         _check_session(session)
-        self._boundary.reset(session)
+        try:
+            self._boundary.reset(session)
+        except SessionNotFound:
+            if self.store is None or self.store.info(session) is None:
+                raise  # with a store, a session saved there but not held here is reset there
         self._observer.reset(session)
         if self._durable is not None:
             self._durable.forget(session)  # with a store, the stored snapshot goes too
@@ -244,6 +250,17 @@ class ReplEngine:
         self._check_open()
         _check_session(session)
         return self._durability().restore(session, snapshot)
+
+    @property
+    def store(self) -> SessionStore | None:
+        """The session store this engine saves to and restores from, if any."""
+        return None if self._durable is None else self._durable.store
+
+    def _catch_up(self, session: str) -> None:
+        # With a store, a session this process does not hold (or holds an old version of) comes
+        # back before it is described, as before a run.
+        if self._durable is not None and self._durable.store is not None:
+            self._durable.catch_up(session)
 
     def hibernate(self, session: str = "default") -> bool:
         """Stop the session's worker now, keeping its state in the store; its next call restores it.

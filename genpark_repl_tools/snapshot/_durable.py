@@ -158,6 +158,12 @@ class Durability:
         note = "Rolled back: the variables from before this cell are intact; this cell's changes are gone."
         return result.model_copy(update={"rolled_back": True, "error": error, "notes": [*result.notes, note]})
 
+    def catch_up(self, name: str) -> SessionRestore | None:
+        """Under the session's lease, bring it up to its stored version (for queries)."""
+        assert self.store is not None
+        with self.store.hold(name):
+            return self._catch_up(name)
+
     def _catch_up(self, name: str) -> SessionRestore | None:
         """Restore the session from the store unless this process holds its latest version."""
         assert self.store is not None
