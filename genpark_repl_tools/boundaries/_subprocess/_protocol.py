@@ -60,11 +60,10 @@ HELLO = ord("H")
 EXITED = ord("X")
 SPAWN_FAILED = ord("F")
 
-# The worker never holds the engine's snapshot key. It signs what it produces with this public
-# placeholder (so the shared save/load code runs unchanged); the host checks a blob with the real
-# key before re-signing it with this one for the worker, and signs what the worker returns with the
-# real key. The placeholder authenticates nothing: it only keeps the format one format.
-WORKER_SNAPSHOT_KEY = b"genpark-repl: signed by the host, not here"
+# The worker never holds the engine's snapshot key. What it produces is unsigned (an empty key:
+# a zero MAC) and the host signs it with the real key; a blob the host sends it was checked with
+# the real key first, and the worker loads it without checking again.
+WORKER_SNAPSHOT_KEY = b""
 
 
 class ProtocolError(Exception):
