@@ -338,13 +338,30 @@ class SubprocessBoundary(BaseBoundary):
     ) -> tuple[int, bytes]:
         """Send SNAPSHOT or LOAD (caller holds state.lock) and wait for the reply, bounded."""
         budget = max(self.limits.timeout_s, _SNAPSHOT_BUDGET_S) + _QUERY_SLACK_S + self.kill_grace_s
-        rid = worker.send(kind, payload)
+        view = memoryview(payload)
+        while len(view) > P.PART_BYTES:  # frames are bounded; large blobs go in parts
+            if not worker.send(P.LOAD_PART, bytes(view[: P.PART_BYTES])):
+                break
+            view = view[P.PART_BYTES :]
+        rid = worker.send(kind, bytes(view))
+        del view, payload
         reply: tuple[int, bytes] | Died | TimedOut = Died()
         if rid:
             try:
                 if fresh:
                     self._await_ready(state, worker)
-                reply = worker.wait(time.monotonic() + budget, rid=rid)
+                deadline = time.monotonic() + budget
+                parts: list[bytes] = []
+                while True:
+                    reply = worker.wait(deadline, rid=rid)
+                    if not (isinstance(reply, tuple) and reply[0] == P.SNAPSHOT_PART):
+                        break
+                    parts.append(reply[1])
+                    worker.pending = rid  # more of the reply is on its way
+                if parts and isinstance(reply, tuple):
+                    parts.append(reply[1])
+                    reply = (reply[0], b"".join(parts))
+                del parts
             except BaseException:
                 self._abandon(state, worker)
                 raise

@@ -145,6 +145,16 @@ def test_a_crafted_snapshot_under_trusted_runs_only_in_the_sandbox(
     assert worker_pid not in (0, os.getpid())  # the reduction ran in the worker, not here
 
 
+def test_a_snapshot_larger_than_a_frame_travels_in_parts(engines: list[ReplEngine]) -> None:
+    engine = subprocess_engine(engines, policy="trusted")
+    engine.run("big = bytearray(150 * 2**20)\nbig[-1] = 7\nbig[0] = 3")  # > 2 parts of 64 MiB
+    snapshot = engine.snapshot()
+    assert snapshot.size_bytes > 150 * 2**20
+    engine.run("del big")
+    engine.restore("default", snapshot.to_bytes())
+    assert engine.run("len(big), big[0], big[-1]").value == f"({150 * 2**20}, 3, 7)"
+
+
 def test_a_session_with_a_lost_worker_has_nothing_to_snapshot(engines: list[ReplEngine]) -> None:
     engine = subprocess_engine(engines, policy="trusted")
     engine.run("x = 1")

@@ -38,6 +38,7 @@ INSPECT = ord("I")
 RESET = ord("Z")
 SNAPSHOT = ord("P")  # take a snapshot of the session (issue 13)
 LOAD = ord("U")  # payload: a snapshot blob to restore (already checked by the host)
+LOAD_PART = ord("A")  # a leading part of the next LOAD's blob (no reply): blobs may exceed MAX_FRAME
 # worker -> host
 READY = ord("Y")
 RESULT = ord("R")
@@ -46,7 +47,8 @@ VARIABLE = ord("O")
 NOT_FOUND = ord("N")
 ACK = ord("K")
 FAILED = ord("E")
-SNAPSHOT_DATA = ord("D")  # payload: a snapshot blob signed with WORKER_SNAPSHOT_KEY
+SNAPSHOT_DATA = ord("D")  # payload: an unsigned snapshot blob (its last part)
+SNAPSHOT_PART = ord("G")  # a leading part of the SNAPSHOT_DATA that follows
 RESTORED = ord("T")  # payload: SessionRestore JSON
 REFUSED = ord("W")  # payload: {"type", "message", "reason"} of a SnapshotError
 # host -> zygote
@@ -59,6 +61,9 @@ QUIT = ord("Q")
 HELLO = ord("H")
 EXITED = ord("X")
 SPAWN_FAILED = ord("F")
+
+# Snapshot blobs travel in parts of at most this many bytes.
+PART_BYTES = 64 * 1024 * 1024
 
 # The worker never holds the engine's snapshot key. What it produces is unsigned (an empty key:
 # a zero MAC) and the host signs it with the real key; a blob the host sends it was checked with

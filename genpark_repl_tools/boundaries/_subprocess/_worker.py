@@ -189,6 +189,7 @@ class _Worker:
         self.limits = limits
         self.boundary = boundary
         self._limits_by_timeout: dict[float, Limits] = {limits.timeout_s: limits}
+        self._parts: list[bytes] = []  # LOAD_PART payloads before their LOAD
 
     def loop(self) -> None:
         P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
@@ -202,6 +203,9 @@ class _Worker:
                 frames.feed(data)
                 continue
             kind, rid, payload = frame
+            if kind == P.LOAD_PART:  # part of a large snapshot: kept until its LOAD, no reply
+                self._parts.append(payload)
+                continue
             self.current = self.started = rid
             try:
                 if rid in self.cancelled:
@@ -319,7 +323,18 @@ class _Worker:
             with self.session.lock:
                 if kind == P.SNAPSHOT:
                     snapshot = take_snapshot(self.session, self.runtime, self.limits, key)
-                    return P.SNAPSHOT_DATA, snapshot.to_bytes()
+                    data = memoryview(snapshot.to_bytes())
+                    del snapshot
+                    while len(data) > P.PART_BYTES:  # leading parts now, the last one as the reply
+                        P.send_frame(
+                            self.sock, P.SNAPSHOT_PART, bytes(data[: P.PART_BYTES]), rid=self.current
+                        )
+                        data = data[P.PART_BYTES :]
+                    return P.SNAPSHOT_DATA, bytes(data)
+                if self._parts:
+                    self._parts.append(payload)
+                    payload = b"".join(self._parts)
+                    self._parts.clear()
                 blob = _checked_snapshot_class().from_bytes(payload)
                 del payload
                 info = restore_snapshot(self.session, self.runtime, self.limits, blob, key)
