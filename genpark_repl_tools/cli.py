@@ -531,7 +531,9 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _mcp_engine(args: argparse.Namespace, limits: dict[str, Any], store: SessionStore | None) -> ReplEngine:
+def _mcp_engine(
+    args: argparse.Namespace, limits: dict[str, Any], store: SessionStore | None = None
+) -> ReplEngine:
     """The engine `mcp` serves: an MCP server runs whatever a model writes, so its default boundary is
     the subprocess one; where this OS cannot run it, in-process, said on stderr."""
     if hasattr(args, "boundary"):
