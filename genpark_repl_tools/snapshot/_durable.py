@@ -206,8 +206,11 @@ class Durability:
         limit = self.hibernate_after_s
         assert limit is not None
         now = time.monotonic()
+        held = set(self.boundary.sessions())
         for name, last in list(self._last_used.items()):
-            if now - last > limit:
+            if name not in held:  # closed or evicted meanwhile: nothing to stop
+                self._last_used.pop(name, None)
+            elif now - last > limit:
                 try:
                     self.hibernate(name)
                 except Exception:  # a store hiccup: try again at the next pass
