@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Snapshot and restore times for durable sessions (issue 13).
 
-    .venv/bin/python benchmarks/snapshots.py [--repeat 5]
+    .venv/bin/python benchmarks/snapshots.py [--repeat 5] [--boundary subprocess]
 
 Rows: 1,000 small variables (goal <= 20 ms each way) and a 100 MB DataFrame (goal <= 1 s each way),
-in-process under the `standard` policy. "snapshot" is `engine.snapshot()` (pickle + copy of the
-out-of-band buffers + HMAC); "to bytes" and "restore from bytes" add what a store round trip costs.
+under the `standard` policy, in-process or (--boundary subprocess) taken and loaded inside the
+sandboxed worker, the blob crossing its socket and the host checking or signing it.
+"snapshot" is `engine.snapshot()` (pickle + copy of the out-of-band buffers + HMAC); "to bytes"
+and "restore from bytes" add what a store round trip costs.
 Times are medians on this machine; it is shared, so read them as orders of magnitude.
 """
 
@@ -43,10 +45,10 @@ def median_ms(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return statistics.median(times), value
 
 
-def measure(label: str, code: str, repeat: int) -> None:
+def measure(label: str, code: str, repeat: int, boundary: str = "inprocess") -> None:
     with (
-        ReplEngine(policy="standard", snapshot_key=KEY) as source,
-        ReplEngine(policy="standard", snapshot_key=KEY) as target,
+        ReplEngine(policy="standard", boundary=boundary, snapshot_key=KEY) as source,
+        ReplEngine(policy="standard", boundary=boundary, snapshot_key=KEY) as target,
     ):
         result = source.run(code)
         assert result.status == "ok", result.to_observation()
@@ -59,19 +61,20 @@ def measure(label: str, code: str, repeat: int) -> None:
         )
         assert len(target.variables()) == names
     print(
-        f"| {label} ({names} variables, {len(blob) / 2**20:.1f} MiB) | {snap_ms:.1f} ms | {bytes_ms:.1f} ms "
-        f"| {restore_ms:.1f} ms | {from_bytes_ms:.1f} ms |"
+        f"| {label} ({names} variables, {boundary}, {len(blob) / 2**20:.1f} MiB) | {snap_ms:.1f} ms "
+        f"| {bytes_ms:.1f} ms | {restore_ms:.1f} ms | {from_bytes_ms:.1f} ms |"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--boundary", choices=["inprocess", "subprocess"], default="inprocess")
     args = parser.parse_args()
     print("| session | snapshot | to bytes | restore | restore from bytes |")
     print("| --- | --- | --- | --- | --- |")
-    measure("1,000 small variables", SMALL, args.repeat)
-    measure("100 MB DataFrame", FRAME, max(1, args.repeat // 2))
+    measure("1,000 small variables", SMALL, args.repeat, args.boundary)
+    measure("100 MB DataFrame", FRAME, max(1, args.repeat // 2), args.boundary)
 
 
 if __name__ == "__main__":

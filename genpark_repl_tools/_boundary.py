@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._exceptions import EngineClosed
 from ._limits import Limits
-from ._models import ErrorInfo, ExecutionResult, VariableInfo
+from ._models import ErrorInfo, ExecutionResult, SessionRestore, VariableInfo
 from .policy import Policy
+
+if TYPE_CHECKING:
+    from .snapshot import SessionSnapshot
 
 __all__ = ["BaseBoundary", "ExecutionRequest", "cancelled_before_start"]
 
@@ -103,6 +106,30 @@ class BaseBoundary(ABC):
         variables. Returns promptly: it does not wait for that call to return. A boundary that
         cannot interrupt says so by returning False.
         """
+        return False
+
+    # Durable sessions (issue 13). A boundary that can snapshot overrides both; `supports_snapshots`
+    # is how the engine tells before it relies on them.
+    supports_snapshots = False
+
+    def snapshot_session(self, session: str, key: bytes) -> SessionSnapshot:
+        """The session's state as a snapshot signed with `key`; SessionNotFound if it has none."""
+        raise NotImplementedError(f"the {self.name} boundary does not take snapshots")
+
+    def restore_session(self, session: str, snapshot: SessionSnapshot, key: bytes) -> SessionRestore:
+        """Replace the session's state (creating it) with `snapshot`, checked against `key` first.
+
+        Raises SnapshotAuthError or SnapshotRefused and then leaves the session as it was.
+        """
+        raise NotImplementedError(f"the {self.name} boundary does not restore snapshots")
+
+    def hibernate(self, session: str) -> bool:
+        """Stop an idle session's process, keeping its files (its state is in the session store);
+        False if it is busy, unknown, or this boundary has nothing to stop."""
+        return False
+
+    def session_lost(self, session: str) -> bool:
+        """Whether the session's state was lost (its worker ended) and it would restart empty."""
         return False
 
     def describe(self) -> dict[str, Any]:

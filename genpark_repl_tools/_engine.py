@@ -49,6 +49,7 @@ class ReplEngine:
         *,
         store: SessionStore | None = None,
         snapshot_key: bytes | str | None = None,
+        hibernate_after_s: float | None = None,
         on_event: EventSink | None = None,
         audit_log: str | os.PathLike[str] | None = None,
         tracing: bool | Any | None = None,
@@ -72,12 +73,12 @@ class ReplEngine:
         except BaseException:
             self._boundary.close()
             raise
-        # ---- durable sessions (issue 13, phase 1: in-process boundary only) ----
+        # ---- durable sessions (issue 13) ----
         self._durable: Durability | None = None
         self._snapshot_key = snapshot_key
-        if store is not None:
+        if store is not None or hibernate_after_s is not None:
             try:
-                self._durability(store)
+                self._durability(store, hibernate_after_s)
             except BaseException:
                 self._boundary.close()
                 raise
@@ -208,6 +209,7 @@ class ReplEngine:
         """The session's variables; a session that has not run anything yet has none."""
         self._check_open()
         _check_session(session)
+        self._catch_up(session)
         try:
             return self._boundary.variables(session, include_hidden=include_hidden)
         except SessionNotFound:
@@ -216,17 +218,22 @@ class ReplEngine:
     def inspect(self, name: str, session: str = "default") -> VariableInfo:
         self._check_open()
         _check_session(session)
+        self._catch_up(session)
         return self._boundary.inspect(session, name)
 
     def reset(self, session: str = "default") -> None:
         self._check_open()
         _check_session(session)
-        self._boundary.reset(session)
+        try:
+            self._boundary.reset(session)
+        except SessionNotFound:
+            if self.store is None or self.store.info(session) is None:
+                raise  # with a store, a session saved there but not held here is reset there
         self._observer.reset(session)
         if self._durable is not None:
             self._durable.forget(session)  # with a store, the stored snapshot goes too
 
-    # ---- durable sessions (issue 13, phase 1: in-process boundary only) -------------------------
+    # ---- durable sessions (issue 13) ---------------------------------------------------------------
 
     def snapshot(self, session: str = "default") -> SessionSnapshot:
         """The session's variables by value and imports by name, signed with this engine's key."""
@@ -244,12 +251,37 @@ class ReplEngine:
         _check_session(session)
         return self._durability().restore(session, snapshot)
 
-    def _durability(self, store: SessionStore | None = None) -> Durability:
+    @property
+    def store(self) -> SessionStore | None:
+        """The session store this engine saves to and restores from, if any."""
+        return None if self._durable is None else self._durable.store
+
+    def _catch_up(self, session: str) -> None:
+        # With a store, a session this process does not hold (or holds an old version of) comes
+        # back before it is described, as before a run.
+        if self._durable is not None and self._durable.store is not None:
+            self._durable.catch_up(session)
+
+    def hibernate(self, session: str = "default") -> bool:
+        """Stop the session's worker now, keeping its state in the store; its next call restores it.
+
+        False if it is running, its last change could not be saved, or there is nothing to stop.
+        Needs a store (with `hibernate_after_s`, idle sessions hibernate by themselves).
+        """
+        self._check_open()
+        _check_session(session)
+        if self._durable is None or self._durable.store is None:
+            raise ValueError("hibernation needs a store: ReplEngine(store=...)")
+        return self._durable.hibernate(session)
+
+    def _durability(
+        self, store: SessionStore | None = None, hibernate_after_s: float | None = None
+    ) -> Durability:
         if self._durable is None:
             from .snapshot._durable import Durability, resolve_key
 
             key = resolve_key(self._snapshot_key, store)
-            self._durable = Durability(self._boundary, key, store)
+            self._durable = Durability(self._boundary, key, store, hibernate_after_s)
         return self._durable
 
     def sessions(self) -> list[str]:
@@ -269,6 +301,8 @@ class ReplEngine:
             return self._boundary.close_session(session)
         if not self._closed:
             self._closed = True
+            if self._durable is not None:
+                self._durable.close()
             try:
                 self._boundary.close()
             finally:

@@ -220,6 +220,10 @@ class ExecutionResult(_Model):
     session_restored: SessionRestore | None = Field(
         None, description="Set when this run first brought the session back from the session store."
     )
+    rolled_back: bool = Field(
+        False,
+        description="The cell's worker was lost and the session went back to its state before this cell.",
+    )
     policy: str = ""
     boundary: str = ""
     notes: list[str] = Field(

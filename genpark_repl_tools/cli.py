@@ -5,6 +5,8 @@
     genpark-repl audit script.py          the policy's static verdict, without running anything
     genpark-repl mcp                      an MCP stdio server (needs genpark-repl-tools[mcp])
     genpark-repl mcp --transport http     the same over streamable HTTP (see docs/cli.md)
+    genpark-repl mcp --store sqlite:PATH  sessions kept in a store: handles survive a restart
+    genpark-repl store list --store SPEC  the sessions in a store (also: show ID, delete ID)
 
 Exit codes of `run` (and `audit`): 0 ok, 1 error in the code (audit: a syntax error), 2 usage or setup
 error (or the engine failed), 3 blocked by the policy, 4 timeout, 5 crashed, 6 cancelled.
@@ -18,16 +20,18 @@ import base64
 import binascii
 import codeop
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
 import signal
 import sys
+import time
 import tokenize
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 
@@ -38,6 +42,9 @@ from ._limits import Limits
 from ._models import ExecutionResult
 from .policy import Policy
 from .tools import ToolReply
+
+if TYPE_CHECKING:
+    from .stores import SessionStore
 
 __all__ = [
     "EXIT_BLOCKED",
@@ -260,6 +267,20 @@ def build_parser() -> argparse.ArgumentParser:
         default="WARNING",
         help="server log level (logs go to stderr; default: WARNING)",
     )
+    mcp.add_argument(
+        "--store",
+        default=None,
+        metavar="SPEC",
+        help="keep sessions in a store (sqlite:PATH or redis://HOST:PORT/DB) so handles survive a "
+        "restart; the snapshot key comes from $GENPARK_REPL_SNAPSHOT_KEY",
+    )
+    mcp.add_argument(
+        "--hibernate-after",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="with --store: stop idle sessions' workers after this long; they come back on their next call",
+    )
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     http = mcp.add_argument_group("streamable HTTP (--transport http)")
     http.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -300,6 +321,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="largest HTTP request body (default: 4194304)",
     )
+    store = commands.add_parser(
+        "store",
+        help="list, show or delete the sessions in a session store",
+        description="Inspect a session store: list its sessions (size, age), show one's manifest (what "
+        "was saved, what was not and why; read without checking the snapshot key), delete one.",
+    )
+    store.add_argument("action", choices=["list", "show", "delete"])
+    store.add_argument("session", nargs="?", metavar="ID", help="the session (show, delete)")
+    store.add_argument(
+        "--store", required=True, metavar="SPEC", help="sqlite:PATH or redis://HOST:PORT/DB[#PREFIX]"
+    )
+    store.add_argument("--json", action="store_true", default=False, help="print JSON")
     return parser
 
 
@@ -313,6 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_audit(args)
         if args.command == "mcp":
             return _cmd_mcp(args)
+        if args.command == "store":
+            return _cmd_store(args)
         return _cmd_repl(args)
     except UsageError as exc:
         print(f"{_PROG}: error: {exc}", file=sys.stderr)
@@ -330,7 +365,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ---- engine ------------------------------------------------------------------------------------
 
 
-def _make_engine(args: argparse.Namespace, policy: str | None = None, **limit_overrides: Any) -> ReplEngine:
+def _make_engine(
+    args: argparse.Namespace,
+    policy: str | None = None,
+    store: SessionStore | None = None,
+    **limit_overrides: Any,
+) -> ReplEngine:
     limits: dict[str, Any] = dict(limit_overrides)
     for option, field in (("timeout", "timeout_s"), ("memory_mb", "memory_mb"), ("cpu_s", "cpu_s")):
         if hasattr(args, option):
@@ -339,6 +379,10 @@ def _make_engine(args: argparse.Namespace, policy: str | None = None, **limit_ov
     name = policy or getattr(args, "policy", None)
     if name is not None:
         options["policy"] = name
+    if store is not None:
+        options["store"] = store
+        if getattr(args, "hibernate_after", None) is not None:
+            options["hibernate_after_s"] = args.hibernate_after
     try:
         return ReplEngine(limits=Limits(**limits), **options)
     except ImportError as exc:
@@ -443,31 +487,43 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
             f"tokens in ${_TOKENS_ENV} or --token-file (see docs/cli.md)."
         )
     limits = {name: getattr(args, name) for name in ("max_sessions", "max_code_chars") if hasattr(args, name)}
-    with _mcp_engine(args, limits) as engine:
-        if not http:
-            mcp_server.serve_stdio(engine, log_level=args.log_level)
-            return EXIT_OK
-        http_limits = mcp_server.HttpLimits(
-            calls_per_client=args.max_calls_per_client,
-            sessions_per_client=args.max_sessions_per_client,
-            max_body_bytes=args.max_body_bytes,
+    if args.hibernate_after is not None and args.store is None:
+        raise UsageError("--hibernate-after needs --store")
+    with contextlib.ExitStack() as stack:
+        store = None if args.store is None else stack.enter_context(_open_store(args.store))
+        engine = stack.enter_context(_mcp_engine(args, limits, store))
+        return _serve_mcp(args, engine, tokens, http)
+
+
+def _serve_mcp(
+    args: argparse.Namespace, engine: ReplEngine, tokens: dict[str, str] | None, http: bool
+) -> int:
+    from . import mcp_server
+
+    if not http:
+        mcp_server.serve_stdio(engine, log_level=args.log_level)
+        return EXIT_OK
+    http_limits = mcp_server.HttpLimits(
+        calls_per_client=args.max_calls_per_client,
+        sessions_per_client=args.max_sessions_per_client,
+        max_body_bytes=args.max_body_bytes,
+    )
+    # uvicorn stops on SIGTERM, then raises it again: as SystemExit, not death by signal, the
+    # engine is closed on the way out (worker processes stopped, workspaces removed).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        mcp_server.serve_http(
+            engine,
+            host=args.host,
+            port=args.port,
+            tokens=tokens,
+            limits=http_limits,
+            path=args.path,
+            allowed_hosts=tuple(args.allow_host),
+            log_level=args.log_level,
         )
-        # uvicorn stops on SIGTERM, then raises it again: as SystemExit, not death by signal, the
-        # engine is closed on the way out (worker processes stopped, workspaces removed).
-        signal.signal(signal.SIGTERM, _exit_on_signal)
-        try:
-            mcp_server.serve_http(
-                engine,
-                host=args.host,
-                port=args.port,
-                tokens=tokens,
-                limits=http_limits,
-                path=args.path,
-                allowed_hosts=tuple(args.allow_host),
-                log_level=args.log_level,
-            )
-        except OSError as exc:  # the address is taken, or not this machine's
-            raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+    except OSError as exc:  # the address is taken, or not this machine's
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
     return EXIT_OK
 
 
@@ -475,18 +531,20 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _mcp_engine(args: argparse.Namespace, limits: dict[str, Any]) -> ReplEngine:
+def _mcp_engine(
+    args: argparse.Namespace, limits: dict[str, Any], store: SessionStore | None = None
+) -> ReplEngine:
     """The engine `mcp` serves: an MCP server runs whatever a model writes, so its default boundary is
     the subprocess one; where this OS cannot run it, in-process, said on stderr."""
     if hasattr(args, "boundary"):
-        return _make_engine(args, **limits)
+        return _make_engine(args, store=store, **limits)
     chosen = argparse.Namespace(**vars(args), boundary="subprocess")
     try:
         importlib.import_module(".boundaries.subprocess", __package__)  # needs fork and fcntl: not on Windows
     except ImportError as exc:
         reason = f"the subprocess boundary is not available on this OS ({exc})"
     else:
-        engine = _make_engine(chosen, **limits)
+        engine = _make_engine(chosen, store=store, **limits)
         try:
             engine.describe()  # starts the worker template, so a broken setup shows now, not mid-call
         except ReplError as exc:
@@ -503,7 +561,107 @@ def _mcp_engine(args: argparse.Namespace, limits: dict[str, Any]) -> ReplEngine:
         flush=True,
     )
     chosen.boundary = "inprocess"
-    return _make_engine(chosen, **limits)
+    return _make_engine(chosen, store=store, **limits)
+
+
+@contextlib.contextmanager
+def _open_store(spec: str) -> Any:
+    from .stores import StoreError, open_store
+
+    try:
+        store = open_store(spec)
+    except (ValueError, StoreError, MissingDependency, OSError) as exc:
+        raise UsageError(f"cannot open the store {spec!r}: {exc}") from exc
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _cmd_store(args: argparse.Namespace) -> int:
+    from .snapshot import SnapshotError, read_manifest
+
+    if args.action != "list" and not args.session:
+        raise UsageError(f"store {args.action} needs a session ID")
+    with _open_store(args.store) as store:
+        if args.action == "list":
+            entries = store.list()
+            now = time.time()
+            if args.json:
+                rows = [{**dataclasses.asdict(e), "age_s": round(now - e.saved_at, 3)} for e in entries]
+                print(json.dumps(rows, indent=2))
+                return EXIT_OK
+            print(f"{'SESSION':<32} {'VERSION':>7} {'SIZE':>10} {'AGE':>9}")
+            for entry in entries:
+                print(
+                    f"{_clip(entry.session, 32):<32} {entry.version:>7} "
+                    f"{_size(entry.size):>10} {_age(now - entry.saved_at):>9}"
+                )
+            print(f"{len(entries)} session(s)")
+            return EXIT_OK
+        if args.action == "delete":
+            if store.delete(args.session):
+                print(f"deleted {args.session}")
+                return EXIT_OK
+            print(f"{_PROG}: no session {args.session!r} in the store", file=sys.stderr)
+            return EXIT_ERROR
+        stored = store.get(args.session)
+        if stored is None:
+            print(f"{_PROG}: no session {args.session!r} in the store", file=sys.stderr)
+            return EXIT_ERROR
+        try:
+            manifest = read_manifest(stored.data)
+        except (SnapshotError, ValueError, KeyError) as exc:
+            print(f"{_PROG}: the stored blob is not a readable snapshot: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        entry = stored.entry
+        if args.json:
+            data = {
+                "entry": vars(entry),
+                "manifest": manifest.model_dump(mode="json"),
+                "authenticated": False,
+            }
+            print(json.dumps(data, indent=2))
+            return EXIT_OK
+        age = _age(time.time() - entry.saved_at)
+        print(f"session {entry.session}: version {entry.version}, {_size(entry.size)}, saved {age} ago")
+        print(
+            f"made {manifest.created_at:%Y-%m-%d %H:%M:%S} UTC, execution {manifest.execution_count}, "
+            f"policy {manifest.policy}, Python {manifest.python}"
+        )
+        for variable in manifest.saved:
+            print(f"  saved      {variable.name}: {variable.type} ({_size(variable.bytes)})")
+        for name, module in manifest.imports.items():
+            print(f"  import     {name} = {module}")
+        for skipped in manifest.not_saved:
+            print(f"  not saved  {skipped.name}: {skipped.type} ({skipped.reason})")
+        if manifest.libraries:
+            print("libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(manifest.libraries.items())))
+        print("(read without checking the snapshot key: for display only)")
+        return EXIT_OK
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def _mcp_tokens(args: argparse.Namespace, load: Callable[..., dict[str, str]]) -> dict[str, str] | None:

@@ -264,7 +264,7 @@ class _ReplTools:
             update: dict[str, Any] = {}
             if client:
                 update["session"] = session_id  # the client's handle, not the engine's scoped id
-            if not live and not reply.result.session_restarted:
+            if not live and not reply.result.session_restarted and reply.result.session_restored is None:
                 # The boundary forgot the session without saying so; the model must not expect old
                 # variables.
                 update["session_restarted"] = True
@@ -317,6 +317,9 @@ class _ReplTools:
         engine_id = _CLIENT.get() + session_id
         if engine_id in await anyio.to_thread.run_sync(self._engine.sessions):
             return True
+        store = self._engine.store
+        if store is not None and await anyio.to_thread.run_sync(store.info, engine_id) is not None:
+            return True  # saved by this server before a restart, or by another one: it comes back
         if engine_id in self._issued:
             if running:
                 return False

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._compile import compile_cell
 from .._limits import Limits
-from .._models import ExecutionResult, VariableInfo
+from .._models import ExecutionResult, SessionRestore, VariableInfo
 from .._runner import run_cell
 from .._session import Session, SessionTable
 from ..policy import Policy, PolicyRuntime, runtime_for
+
+if TYPE_CHECKING:
+    from ..snapshot import SessionSnapshot
 
 __all__ = ["InProcessBoundary"]
 
@@ -42,6 +45,35 @@ class InProcessBoundary(BaseBoundary):
         if create:
             return self._sessions.get_or_create(name, self._new_session)
         return self._sessions.get(name)
+
+    # ---- snapshots ------------------------------------------------------------------------------
+
+    supports_snapshots = True
+
+    def snapshot_session(self, session: str, key: bytes) -> SessionSnapshot:
+        from ..snapshot._save import take_snapshot
+
+        state = self._sessions.get(session)
+        with state.lock:
+            return take_snapshot(state, self._runtime, self.limits, key)
+
+    def restore_session(self, session: str, snapshot: SessionSnapshot, key: bytes) -> SessionRestore:
+        from ..snapshot._format import SANDBOXED_ORIGIN, SnapshotRefused
+        from ..snapshot._load import restore_snapshot
+
+        header = snapshot.header_data(key)  # authenticates first
+        if header.get("origin") == SANDBOXED_ORIGIN and not self.policy.restricted:
+            # A sandboxed worker wrote this payload (the host only signed it); under `trusted` it
+            # would be rebuilt with the host's full rights.
+            raise SnapshotRefused(
+                "the snapshot was made inside a sandboxed subprocess worker; restoring it in-process "
+                f"under the {self.policy.name!r} policy would give its contents this process's rights "
+                "(restore it on the subprocess boundary, or in-process under strict or standard)",
+                reason="made in a sandboxed worker",
+            )
+        state = self._sessions.get_or_create(session, self._new_session)
+        with state.lock:
+            return restore_snapshot(state, self._runtime, self.limits, snapshot, key)
 
     # ---- contract -------------------------------------------------------------------------------
 

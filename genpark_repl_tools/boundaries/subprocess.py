@@ -8,6 +8,7 @@ See docs/subprocess.md for how it works, what is enforced where, and the limits 
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import threading
@@ -16,14 +17,14 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._exceptions import BoundaryError, MissingDependency, SessionNotFound
 from .._limits import Limits
-from .._models import ExecutionResult, VariableInfo
+from .._models import ExecutionResult, SessionRestore, SnapshotManifest, VariableInfo
 from .._session import DESCRIBE_BUDGET_S, SessionTable, not_defined
 from ..policy import Policy
 from ._subprocess import _claims
@@ -31,6 +32,9 @@ from ._subprocess import _protocol as P
 from ._subprocess._host import Died, OutputSink, TimedOut, WorkerHandle
 from ._subprocess._os import prepare_workspace_root, resolve_user, session_dirname
 from ._subprocess._spawn import WorkerPool, worker_env, zygote_config
+
+if TYPE_CHECKING:
+    from ..snapshot import SessionSnapshot
 
 __all__ = ["DEFAULT_MEMORY_MB", "SubprocessBoundary"]
 
@@ -43,6 +47,9 @@ _QUERY_SLACK_S = 2.0
 # watchdog raises the interrupt within 50 ms in pure-Python code.
 _INTERRUPT_GRACE_S = 0.25
 _VARIABLES = TypeAdapter(list[VariableInfo])
+# A snapshot or restore in the worker is bounded by max(timeout_s, this) there (snapshot/_save.py,
+# _load.py); the host waits that long plus room for moving the blob.
+_SNAPSHOT_BUDGET_S = 60.0
 
 
 class _SessionState:
@@ -282,6 +289,107 @@ class SubprocessBoundary(BaseBoundary):
             shutil.rmtree(self._root, ignore_errors=True)
         self._finalizer.detach()
 
+    # ---- snapshots (issue 13) -------------------------------------------------------------------
+    # The worker takes and loads snapshots itself, under its policy and inside its sandbox, with the
+    # code the in-process boundary uses. It never holds the key: the host checks a blob before the
+    # worker sees it and signs what the worker returns, marking it as made in a sandboxed worker.
+
+    supports_snapshots = True
+
+    def snapshot_session(self, session: str, key: bytes) -> SessionSnapshot:
+        from ..snapshot._format import SnapshotError
+
+        state = self._get(session)
+        with state.lock:
+            worker = self._live_worker(state)
+            if worker is None:
+                raise SnapshotError(
+                    f"session {session!r} has no live worker (it was stopped or lost); nothing to snapshot"
+                )
+            kind, data = self._snapshot_call(state, worker, P.SNAPSHOT, b"", fresh=False)
+            if kind == P.REFUSED:
+                raise _refusal(data)
+            if kind != P.SNAPSHOT_DATA:
+                raise self._unexpected(state, worker, kind)
+            return _sign_worker_snapshot(data, key)
+
+    def restore_session(self, session: str, snapshot: SessionSnapshot, key: bytes) -> SessionRestore:
+        snapshot.header_data(key)  # authenticates: nothing unchecked reaches the worker
+        blob = snapshot.to_bytes()
+        self._check_open()
+        while True:
+            state = self._session_for_run(session)
+            with state.lock:
+                if state.closed:
+                    continue
+                worker = state.worker
+                if worker is not None and worker.abandoned:
+                    worker = self._settle(state, worker)
+                fresh = worker is None or worker.dead
+                if worker is None or worker.dead:
+                    worker = self._start_worker(state, restarted=False)
+                kind, data = self._snapshot_call(state, worker, P.LOAD, blob, fresh=fresh)
+                if kind == P.REFUSED:
+                    raise _refusal(data)
+                if kind != P.RESTORED:
+                    raise self._unexpected(state, worker, kind)
+                info = SessionRestore.model_validate_json(data)
+                state.execution_count = info.execution_count
+                state.lost = None  # the session is the snapshot's now, not an empty restart
+                state.last_used = time.monotonic()
+                return info
+
+    def session_lost(self, session: str) -> bool:
+        state = self._sessions.find(session)
+        return state is not None and not state.closed and state.lost is not None
+
+    def _snapshot_call(
+        self, state: _SessionState, worker: WorkerHandle, kind: int, payload: bytes, *, fresh: bool
+    ) -> tuple[int, bytes]:
+        """Send SNAPSHOT or LOAD (caller holds state.lock) and wait for the reply, bounded."""
+        budget = max(self.limits.timeout_s, _SNAPSHOT_BUDGET_S) + _QUERY_SLACK_S + self.kill_grace_s
+        view = memoryview(payload)
+        while len(view) > P.PART_BYTES:  # frames are bounded; large blobs go in parts
+            if not worker.send(P.LOAD_PART, bytes(view[: P.PART_BYTES])):
+                break
+            view = view[P.PART_BYTES :]
+        rid = worker.send(kind, bytes(view))
+        del view, payload
+        reply: tuple[int, bytes] | Died | TimedOut = Died()
+        if rid:
+            try:
+                if fresh:
+                    self._await_ready(state, worker)
+                deadline = time.monotonic() + budget
+                parts: list[bytes] = []
+                while True:
+                    reply = worker.wait(deadline, rid=rid)
+                    if not (isinstance(reply, tuple) and reply[0] == P.SNAPSHOT_PART):
+                        break
+                    parts.append(reply[1])
+                    worker.pending = rid  # more of the reply is on its way
+                if parts and isinstance(reply, tuple):
+                    parts.append(reply[1])
+                    reply = (reply[0], b"".join(parts))
+                del parts
+            except BaseException:
+                self._abandon(state, worker)
+                raise
+        state.last_used = time.monotonic()
+        if isinstance(reply, tuple):
+            if reply[0] == P.FAILED:
+                raise BoundaryError(f"the worker could not answer: {reply[1].decode('utf-8', 'replace')}")
+            return reply
+        what = "did not answer in time" if isinstance(reply, TimedOut) else "ended"
+        code = self._retire(state, worker, drain=(None, None))
+        state.lost = "crashed"
+        detail = "" if isinstance(reply, TimedOut) else f" ({_claims.explain_exit(code, self.limits)})"
+        verb = "taking a snapshot" if kind == P.SNAPSHOT else "restoring a snapshot"
+        raise BoundaryError(
+            f"the worker of session {state.name!r} {what} while {verb}{detail}; it was stopped and the "
+            "session restarts empty on its next run"
+        )
+
     # ---- execution ------------------------------------------------------------------------------
 
     def _execute_locked(self, state: _SessionState, request: ExecutionRequest) -> ExecutionResult:
@@ -500,16 +608,32 @@ class SubprocessBoundary(BaseBoundary):
             try:
                 if state.closed or time.monotonic() - state.last_used <= ttl:
                     continue
-                with self._sessions.lock:
-                    self._sessions.pop(state.name, state)
-                    self._evicted[state.name] = None
-                    while len(self._evicted) > _EVICTED_KEPT:
-                        self._evicted.popitem(last=False)
-                state.closed = True
-                if state.worker is not None:
-                    self._retire(state, state.worker, drain=(None, None))
+                self._evict(state)
             finally:
                 state.lock.release()
+
+    def _evict(self, state: _SessionState) -> None:
+        """Drop an idle session and stop its worker, keeping its workspace (caller holds state.lock)."""
+        with self._sessions.lock:
+            self._sessions.pop(state.name, state)
+            self._evicted[state.name] = None
+            while len(self._evicted) > _EVICTED_KEPT:
+                self._evicted.popitem(last=False)
+        state.closed = True
+        if state.worker is not None:
+            self._retire(state, state.worker, drain=(None, None))
+
+    def hibernate(self, session: str) -> bool:
+        state = self._sessions.find(session)
+        if state is None or not state.lock.acquire(blocking=False):
+            return False  # unknown, or busy right now
+        try:
+            if state.closed or state.running is not None:
+                return False
+            self._evict(state)
+            return True
+        finally:
+            state.lock.release()
 
     def _check_required(self, required: list[str]) -> None:
         description = self.describe()
@@ -539,6 +663,44 @@ def _attach_output(result: ExecutionResult, out: OutputSink, err: OutputSink) ->
     result.stderr = result.stderr + stderr if result.stderr else stderr
     result.stdout_truncated = result.stdout_truncated or stdout_cut
     result.stderr_truncated = result.stderr_truncated or stderr_cut
+
+
+def _sign_worker_snapshot(data: bytes, key: bytes) -> SessionSnapshot:
+    """Sign what a worker produced with the engine's key, marked as made in a sandboxed worker.
+
+    The worker's header is checked for shape only (it is untrusted data either way: whoever restores
+    it loads it under a policy, or inside a worker); the mark keeps an in-process `trusted` restore
+    from giving it the host's rights.
+    """
+    from ..snapshot._format import SANDBOXED_ORIGIN, SessionSnapshot, SnapshotError
+
+    made = SessionSnapshot.from_bytes(data)
+    try:
+        header = json.loads(made.header)
+        if not isinstance(header, dict):
+            raise TypeError("the header is not an object")
+        SnapshotManifest.model_validate(header.get("manifest"))
+    except (ValueError, TypeError) as exc:  # json and pydantic errors are ValueErrors
+        raise SnapshotError(f"the worker sent a malformed snapshot ({type(exc).__name__})") from None
+    header["origin"] = SANDBOXED_ORIGIN
+    return SessionSnapshot.sign(header, made.payload, list(made.buffers), key)
+
+
+def _refusal(data: bytes) -> Exception:
+    """The SnapshotError a worker reported, as the same exception type here."""
+    from ..snapshot._format import SnapshotAuthError, SnapshotError, SnapshotRefused
+
+    try:
+        info = json.loads(data)
+        kind, message, reason = str(info["type"]), str(info["message"]), str(info["reason"])
+    except (ValueError, KeyError, TypeError):
+        return SnapshotError("the worker refused the snapshot without saying why")
+    message = message[:2000]
+    if kind == "SnapshotRefused":
+        return SnapshotRefused(message, reason=reason[:500])
+    if kind == "SnapshotAuthError":
+        return SnapshotAuthError(message)
+    return SnapshotError(message)
 
 
 def _janitor(ref: weakref.ref[SubprocessBoundary], stop: threading.Event, interval: float) -> None:

@@ -1,27 +1,27 @@
-"""The engine's durable-session plumbing for the in-process boundary (issue 13, phase 1).
+"""The engine's durable-session plumbing (issue 13).
 
-`Durability` takes and restores snapshots of the in-process boundary's sessions and, with a store,
-wraps each run: take the session's lease, restore the session from the store when this process
-does not hold its latest version, run, save. The shared session model will own this later; until
-then it reaches into `InProcessBoundary` through `_session()` only.
+`Durability` takes and restores snapshots through the boundary's own `snapshot_session` /
+`restore_session` (in-process: the session object itself; subprocess: inside the sandboxed worker,
+the host signing and checking) and, with a store, wraps each run: take the session's lease, restore
+the session from the store when this process does not hold its latest version, run, save.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._boundary import BaseBoundary, ExecutionRequest
-from .._exceptions import SessionNotFound
 from .._models import ExecutionResult, SessionRestore
+from ..stores._base import SessionBusy
 from ._format import SessionSnapshot, SnapshotError
-from ._load import restore_snapshot
-from ._save import take_snapshot
 
 if TYPE_CHECKING:
-    from .._session import Session
     from ..stores import SessionStore
 
 __all__ = ["Durability", "resolve_key"]
@@ -29,6 +29,10 @@ __all__ = ["Durability", "resolve_key"]
 KEY_ENV = "GENPARK_REPL_SNAPSHOT_KEY"
 _MIN_KEY_BYTES = 16
 _SHOWN_NAMES = 20
+# the subprocess boundary's hint for a lost worker (boundaries/_subprocess/_claims.py), and what a
+# rollback says instead
+LOST_SESSION_HINT = "The session's variables are lost; the next run starts a fresh session."
+ROLLED_BACK_HINT = "The session was rolled back to its state before this cell."
 
 
 def resolve_key(key: bytes | str | None, store: SessionStore | None) -> bytes:
@@ -49,32 +53,44 @@ def resolve_key(key: bytes | str | None, store: SessionStore | None) -> bytes:
 
 
 class Durability:
-    """Snapshots and restores for one engine's in-process sessions, optionally through a store."""
+    """Snapshots and restores for one engine's sessions, optionally through a store."""
 
     def __init__(
         self,
         boundary: BaseBoundary,
         key: bytes,
         store: SessionStore | None,
+        hibernate_after_s: float | None = None,
     ) -> None:
-        from ..boundaries.inprocess import InProcessBoundary
-
-        if not isinstance(boundary, InProcessBoundary):
-            raise ValueError(
-                f"snapshots and stores work with the inprocess boundary for now, not {boundary.name!r}"
-            )
+        if not boundary.supports_snapshots:
+            raise ValueError(f"the {boundary.name!r} boundary does not support snapshots and stores")
+        if hibernate_after_s is not None:
+            if store is None:
+                raise ValueError("hibernate_after_s needs a store to keep hibernated sessions in")
+            if not hibernate_after_s > 0:
+                raise ValueError("hibernate_after_s must be a positive number of seconds")
         self.boundary = boundary
         self.key = key
         self.store = store
         self._versions: dict[str, int] = {}  # store version this process last loaded or saved
+        self._unsaved: set[str] = set()  # sessions whose last change could not be saved
+        self._last_used: dict[str, float] = {}  # sessions this process ran, with their last run's end
+        self.hibernate_after_s = hibernate_after_s
+        self._stop = threading.Event()
+        if hibernate_after_s is not None:
+            interval = min(max(hibernate_after_s / 4, 0.05), 30.0)
+            threading.Thread(
+                target=_hibernator,
+                args=(weakref.ref(self), self._stop, interval),
+                name="genpark-repl-hibernate",
+                daemon=True,
+            ).start()
 
-    def _session(self, name: str, create: bool) -> Session:
-        return self.boundary.session(name, create=create)
+    def close(self) -> None:
+        self._stop.set()
 
     def snapshot(self, name: str) -> SessionSnapshot:
-        session = self._session(name, create=False)
-        with session.lock:
-            return take_snapshot(session, self.boundary.runtime, self.boundary.limits, self.key)
+        return self.boundary.snapshot_session(name, self.key)
 
     def restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
         """Restore by hand; with a store, the restored state becomes the stored one too."""
@@ -88,10 +104,7 @@ class Durability:
     def _restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
         if not isinstance(snapshot, SessionSnapshot):
             snapshot = SessionSnapshot.from_bytes(snapshot)
-        session = self._session(name, create=True)
-        runtime = self.boundary.runtime
-        with session.lock:
-            return restore_snapshot(session, runtime, self.boundary.limits, snapshot, self.key)
+        return self.boundary.restore_session(name, snapshot, self.key)
 
     # ---- with a store -----------------------------------------------------------------------------
 
@@ -103,20 +116,53 @@ class Durability:
         name = request.session
         notes: list[str] = []
         with store.hold(name):
-            restored = self._catch_up(name)
-            result = execute(request)
-            if _ran(result):
-                try:
-                    entry = store.put(name, self.snapshot(name).to_bytes())
-                    self._versions[name] = entry.version
-                except SnapshotError as exc:
-                    notes.append(f"This run's changes were not saved to the session store: {exc}.")
+            try:
+                restored = self._catch_up(name)
+                result = execute(request)
+                if _ran(result) and self.boundary.session_lost(name):
+                    result = self._roll_back(name, result)
+                elif _ran(result):
+                    try:
+                        entry = store.put(name, self.snapshot(name).to_bytes())
+                        self._versions[name] = entry.version
+                        self._unsaved.discard(name)
+                    except SnapshotError as exc:
+                        self._unsaved.add(name)  # never hibernated: that would lose this run
+                        notes.append(f"This run's changes were not saved to the session store: {exc}.")
+            finally:
+                self._last_used[name] = time.monotonic()
         if restored is not None:
             notes.insert(0, restore_note(restored))
         if notes:
             update = {"session_restored": restored, "notes": [*notes, *result.notes]}
             result = result.model_copy(update=update)
         return result
+
+    def _roll_back(self, name: str, result: ExecutionResult) -> ExecutionResult:
+        """The cell's worker was lost: bring the session back to its last stored state, which is the
+        state before this cell (every run that changed it was saved). Nothing is saved over it."""
+        assert self.store is not None
+        stored = self.store.get(name)
+        if stored is None:
+            return result  # nothing was stored yet: the session restarts empty, as without a store
+        try:
+            self._restore(name, stored.data)
+        except Exception as exc:  # the result stays what it was: the variables are lost
+            note = f"Rolling the session back to its stored snapshot failed ({type(exc).__name__}: {exc})."
+            return result.model_copy(update={"notes": [*result.notes, note]})
+        self._versions[name] = stored.entry.version
+        error = result.error
+        if error is not None and error.hint:
+            hint = error.hint.replace(LOST_SESSION_HINT, ROLLED_BACK_HINT)
+            error = error.model_copy(update={"hint": hint})
+        note = "Rolled back: the variables from before this cell are intact; this cell's changes are gone."
+        return result.model_copy(update={"rolled_back": True, "error": error, "notes": [*result.notes, note]})
+
+    def catch_up(self, name: str) -> SessionRestore | None:
+        """Under the session's lease, bring it up to its stored version (for queries)."""
+        assert self.store is not None
+        with self.store.hold(name):
+            return self._catch_up(name)
 
     def _catch_up(self, name: str) -> SessionRestore | None:
         """Restore the session from the store unless this process holds its latest version."""
@@ -131,6 +177,45 @@ class Durability:
         self._versions[name] = stored.entry.version
         return restored
 
+    # ---- hibernation ------------------------------------------------------------------------------
+
+    def hibernate(self, name: str) -> bool:
+        """Stop the session's worker if its latest state is the stored one; it comes back from the
+        store on its next call. False if it is busy, unsaved, or not held here."""
+        store = self.store
+        if store is None:
+            raise ValueError("hibernation needs a store")
+        if name in self._unsaved:
+            return False
+        try:
+            lease = store.acquire(name, wait_s=0)
+        except SessionBusy:
+            return False
+        try:
+            entry = store.info(name)
+            if entry is None or self._versions.get(name) != entry.version:
+                return False
+            stopped = self.boundary.hibernate(name)
+        finally:
+            store.release(lease)
+        if stopped:
+            self._last_used.pop(name, None)
+        return stopped
+
+    def hibernate_idle(self) -> None:
+        limit = self.hibernate_after_s
+        assert limit is not None
+        now = time.monotonic()
+        held = set(self.boundary.sessions())
+        for name, last in list(self._last_used.items()):
+            if name not in held:  # closed or evicted meanwhile: nothing to stop
+                self._last_used.pop(name, None)
+            elif now - last > limit:
+                try:
+                    self.hibernate(name)
+                except Exception:  # a store hiccup: try again at the next pass
+                    continue
+
     def forget(self, name: str) -> None:
         """The session was reset: its stored snapshot goes too."""
         if self.store is not None:
@@ -138,12 +223,14 @@ class Durability:
                 self.store.delete(name)
             self._versions.pop(name, None)
 
-    def has_session(self, name: str) -> bool:
-        try:
-            self._session(name, create=False)
-        except SessionNotFound:
-            return False
-        return True
+
+def _hibernator(ref: weakref.ref[Durability], stop: threading.Event, interval: float) -> None:
+    while not stop.wait(interval):
+        durability = ref()
+        if durability is None:
+            return
+        durability.hibernate_idle()
+        del durability
 
 
 def _ran(result: ExecutionResult) -> bool:

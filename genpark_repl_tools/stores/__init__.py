@@ -23,7 +23,24 @@ __all__ = [
     "StoreEntry",
     "StoreError",
     "StoredSnapshot",
+    "open_store",
 ]
+
+
+def open_store(spec: str, **options: Any) -> SessionStore:
+    """A store from a spec: `sqlite:PATH`, or a Redis URL (`redis://host:6379/0`, `rediss://...`,
+    `unix://...`) with an optional `#prefix` for its keys. Options go to the store's constructor."""
+    kind, sep, rest = spec.partition(":")
+    if kind == "sqlite" and sep and rest:
+        return SQLiteStore(rest, **options)
+    if kind in ("redis", "rediss", "unix") and sep:
+        from .redis import RedisStore
+
+        url, _, prefix = spec.partition("#")
+        if prefix:
+            options.setdefault("prefix", prefix)
+        return RedisStore(url, **options)
+    raise ValueError(f"unknown store {spec!r}: use sqlite:PATH or redis://HOST:PORT/DB[#PREFIX]")
 
 
 def __getattr__(name: str) -> Any:

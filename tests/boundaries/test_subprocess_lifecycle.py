@@ -260,7 +260,8 @@ def test_describe_reports_only_checked_protections(engine: ReplEngine) -> None:
     enforced = description["enforced"]
     assert description["boundary"] == "subprocess"
     assert enforced["crash_isolation"] is True
-    assert enforced["memory_limit"] is False  # Limits.memory_mb is not set on this engine
+    # Limits.memory_mb is not set on this engine: the boundary's default cap applies, and says so.
+    assert enforced["memory_limit"] == "RLIMIT_AS 4096 MiB per worker"
     assert all(isinstance(value, (bool, str)) for value in enforced.values())
     for protection, value in enforced.items():
         if value is False and protection not in (

@@ -92,10 +92,14 @@ def test_stored_blobs_are_snapshots_with_a_manifest(store: SQLiteStore) -> None:
     assert manifest.session == "s" and [v.name for v in manifest.saved] == ["values"]
 
 
-def test_store_needs_the_inprocess_boundary(store: SQLiteStore) -> None:
-    pytest.importorskip("genpark_repl_tools.boundaries.subprocess")
-    with pytest.raises(ValueError, match="inprocess boundary"):
-        ReplEngine(boundary="subprocess", store=store, snapshot_key=KEY)
+def test_store_needs_a_boundary_that_takes_snapshots(store: SQLiteStore) -> None:
+    from genpark_repl_tools.boundaries import MockBoundary
+
+    def handler(request: object) -> None:
+        raise AssertionError("never runs")
+
+    with pytest.raises(ValueError, match="does not support snapshots"):
+        ReplEngine(boundary=MockBoundary(handler), store=store, snapshot_key=KEY)
 
 
 def test_a_restore_by_hand_becomes_the_stored_state(store: SQLiteStore) -> None:

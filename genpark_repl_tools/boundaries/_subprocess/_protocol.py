@@ -36,6 +36,9 @@ EXEC = ord("X")
 VARIABLES = ord("V")
 INSPECT = ord("I")
 RESET = ord("Z")
+SNAPSHOT = ord("P")  # take a snapshot of the session (issue 13)
+LOAD = ord("U")  # payload: a snapshot blob to restore (already checked by the host)
+LOAD_PART = ord("A")  # a leading part of the next LOAD's blob (no reply): blobs may exceed MAX_FRAME
 # worker -> host
 READY = ord("Y")
 RESULT = ord("R")
@@ -44,6 +47,10 @@ VARIABLE = ord("O")
 NOT_FOUND = ord("N")
 ACK = ord("K")
 FAILED = ord("E")
+SNAPSHOT_DATA = ord("D")  # payload: an unsigned snapshot blob (its last part)
+SNAPSHOT_PART = ord("G")  # a leading part of the SNAPSHOT_DATA that follows
+RESTORED = ord("T")  # payload: SessionRestore JSON
+REFUSED = ord("W")  # payload: {"type", "message", "reason"} of a SnapshotError
 # host -> zygote
 CONFIG = ord("C")
 SPAWN = ord("S")
@@ -54,6 +61,14 @@ QUIT = ord("Q")
 HELLO = ord("H")
 EXITED = ord("X")
 SPAWN_FAILED = ord("F")
+
+# Snapshot blobs travel in parts of at most this many bytes.
+PART_BYTES = 64 * 1024 * 1024
+
+# The worker never holds the engine's snapshot key. What it produces is unsigned (an empty key:
+# a zero MAC) and the host signs it with the real key; a blob the host sends it was checked with
+# the real key first, and the worker loads it without checking again.
+WORKER_SNAPSHOT_KEY = b""
 
 
 class ProtocolError(Exception):

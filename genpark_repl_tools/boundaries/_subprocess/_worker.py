@@ -25,7 +25,7 @@ import struct
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._boundary import ExecutionRequest, cancelled_before_start
 from ..._compile import compile_cell
@@ -38,6 +38,9 @@ from ..._text import clean
 from ..._watchdog import watchdog
 from ...policy import PolicyRuntime
 from . import _protocol as P
+
+if TYPE_CHECKING:
+    from ...snapshot import SessionSnapshot
 
 __all__ = ["serve"]
 
@@ -186,6 +189,7 @@ class _Worker:
         self.limits = limits
         self.boundary = boundary
         self._limits_by_timeout: dict[float, Limits] = {limits.timeout_s: limits}
+        self._parts: list[bytes] = []  # LOAD_PART payloads before their LOAD
 
     def loop(self) -> None:
         P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
@@ -199,6 +203,9 @@ class _Worker:
                 frames.feed(data)
                 continue
             kind, rid, payload = frame
+            if kind == P.LOAD_PART:  # part of a large snapshot: kept until its LOAD, no reply
+                self._parts.append(payload)
+                continue
             self.current = self.started = rid
             try:
                 if rid in self.cancelled:
@@ -293,6 +300,8 @@ class _Worker:
 
     def _query(self, kind: int, payload: bytes) -> tuple[int, bytes]:
         session = self.session
+        if kind in (P.SNAPSHOT, P.LOAD):
+            return self._snapshot_request(kind, payload)
         request = json.loads(payload) if payload else {}
         with session.lock:
             if kind == P.VARIABLES:
@@ -308,6 +317,55 @@ class _Worker:
                 session.reset()
                 return P.ACK, b""
         raise P.ProtocolError(f"unknown request kind {kind!r}")
+
+    def _snapshot_request(self, kind: int, payload: bytes) -> tuple[int, bytes]:
+        """Take or load a snapshot here, inside the sandbox, with the code in-process uses."""
+        from ...snapshot._format import SnapshotError, SnapshotRefused
+        from ...snapshot._load import restore_snapshot
+        from ...snapshot._save import take_snapshot
+
+        key = P.WORKER_SNAPSHOT_KEY
+        try:
+            with self.session.lock:
+                if kind == P.SNAPSHOT:
+                    snapshot = take_snapshot(self.session, self.runtime, self.limits, key)
+                    data = memoryview(snapshot.to_bytes())
+                    del snapshot
+                    while len(data) > P.PART_BYTES:  # leading parts now, the last one as the reply
+                        P.send_frame(
+                            self.sock, P.SNAPSHOT_PART, bytes(data[: P.PART_BYTES]), rid=self.current
+                        )
+                        data = data[P.PART_BYTES :]
+                    return P.SNAPSHOT_DATA, bytes(data)
+                if self._parts:
+                    self._parts.append(payload)
+                    payload = b"".join(self._parts)
+                    self._parts.clear()
+                blob = _checked_snapshot_class().from_bytes(payload)
+                del payload
+                info = restore_snapshot(self.session, self.runtime, self.limits, blob, key)
+                return P.RESTORED, info.model_dump_json().encode()
+        except SnapshotError as exc:
+            reason = exc.reason if isinstance(exc, SnapshotRefused) else str(exc)
+            refusal = {"type": type(exc).__name__, "message": str(exc), "reason": reason}
+            return P.REFUSED, json.dumps(refusal).encode()
+
+
+@functools.cache
+def _checked_snapshot_class() -> type[SessionSnapshot]:
+    from ...snapshot._format import SessionSnapshot
+
+    class Checked(SessionSnapshot):
+        """A blob the host authenticated with the engine's key before sending it here (this process
+        does not hold that key, and anything in it could forge a blob anyway: the sandbox and the
+        policy's loader are what bound a restore here)."""
+
+        __slots__ = ()
+
+        def verify(self, key: bytes) -> None:
+            del key
+
+    return Checked
 
 
 def _process_cpu_s() -> float:
