@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._exceptions import EngineClosed
+from ._files import WorkspaceDir
 from ._limits import Limits
 from ._models import ErrorInfo, ExecutionResult, VariableInfo
 from .policy import Policy
@@ -104,6 +105,12 @@ class BaseBoundary(ABC):
         cannot interrupt says so by returning False.
         """
         return False
+
+    def session_workspace(self, session: str, *, create: bool = False) -> WorkspaceDir | None:
+        """The directory holding `session`'s files on this host (None: this boundary has none the
+        host can reach). With `create`, the session is created if needed (a host upload seeds it);
+        the directory itself is made by the file operation that needs it."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         """What this boundary actually enforces here (never claims a protection that is off)."""
