@@ -27,7 +27,6 @@ from pathlib import Path
 from ._exceptions import FileNotFound, FileQuotaExceeded, UnsafeFileName
 from ._limits import Limits
 from ._models import FileChange, FileInfo
-from ._observation import format_size
 
 __all__ = ["FileTracker", "WorkspaceDir", "check_name", "list_files", "read_file", "write_file"]
 
@@ -153,7 +152,7 @@ def read_file(ws: WorkspaceDir, name: str, max_bytes: int) -> bytes:
             _refuse_special(st, shown)
             if st.st_size > max_bytes:
                 raise FileQuotaExceeded(
-                    f"'{shown}' has {format_size(st.st_size)}; the download limit is {format_size(max_bytes)}"
+                    f"'{shown}' has {st.st_size:,} bytes; the download limit is {max_bytes:,} bytes"
                 )
             chunks = []
             total = 0
@@ -161,7 +160,7 @@ def read_file(ws: WorkspaceDir, name: str, max_bytes: int) -> bytes:
                 total += len(chunk)
                 if total > max_bytes:  # grew while being read
                     raise FileQuotaExceeded(
-                        f"'{shown}' is larger than the download limit {format_size(max_bytes)}"
+                        f"'{shown}' is larger than the download limit of {max_bytes:,} bytes"
                     )
                 chunks.append(chunk)
             return b"".join(chunks)
@@ -174,8 +173,7 @@ def write_file(ws: WorkspaceDir, name: str, data: bytes, limits: Limits) -> File
     shown = "/".join(parts)
     if len(data) > limits.max_upload_bytes:
         raise FileQuotaExceeded(
-            f"'{shown}' has {format_size(len(data))}; "
-            f"the per-file limit is {format_size(limits.max_upload_bytes)}"
+            f"'{shown}' has {len(data):,} bytes; the per-file limit is {limits.max_upload_bytes:,} bytes"
         )
     used = sum(size for size, _ in scan(ws.path).values()) if ws.path.exists() else 0
     with _directory(ws.path, parts, create=True, owner=ws.owner) as dfd:
@@ -185,8 +183,8 @@ def write_file(ws: WorkspaceDir, name: str, data: bytes, limits: Limits) -> File
             used -= old.st_size
         if used + len(data) > limits.max_workspace_bytes:
             raise FileQuotaExceeded(
-                f"uploading '{shown}' ({format_size(len(data))}) would fill the workspace past its "
-                f"{format_size(limits.max_workspace_bytes)} quota ({format_size(used)} used)"
+                f"uploading '{shown}' ({len(data):,} bytes) would fill the workspace past its quota "
+                f"of {limits.max_workspace_bytes:,} bytes ({used:,} used)"
             )
         tmp = f".upload-{secrets.token_hex(6)}.part"
         fd = os.open(
