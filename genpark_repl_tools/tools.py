@@ -40,6 +40,7 @@ __all__ = [
     "RUN_PYTHON",
     "TOOLS",
     "UPLOAD_FILE",
+    "SessionFiles",
     "ToolReply",
     "ToolSpec",
     "adownload_file",
@@ -335,6 +336,31 @@ def upload_files(engine: ReplEngine, files: Any, session: str) -> list[FileInfo]
 
     items = files.items() if hasattr(files, "items") else ((os.path.basename(os.fspath(p)), p) for p in files)
     return [engine.upload(session, name, value) for name, value in items]
+
+
+class SessionFiles:
+    """Files every session of a frontend starts with: uploaded the first time a session is used
+    (`seed`), so each conversation gets its own copy. `files` is what `upload_files` takes."""
+
+    def __init__(self, files: Any) -> None:
+        import os
+        import threading
+
+        if hasattr(files, "items"):
+            self.files: dict[str, Any] = dict(files.items())
+        else:
+            self.files = {os.path.basename(os.fspath(p)): p for p in files}
+        self._seeded: set[tuple[int, str]] = set()
+        self._lock = threading.Lock()
+
+    def seed(self, engine: ReplEngine, session: str) -> None:
+        key = (id(engine), session)
+        if not self.files or key in self._seeded:
+            return
+        with self._lock:
+            if key not in self._seeded:
+                upload_files(engine, self.files, session)
+                self._seeded.add(key)
 
 
 async def alist_files(engine: ReplEngine, session: str) -> ToolReply:
