@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["ReplEngine"]
 
 _MAX_SESSION_ID = 256
-_UNKNOWN: Any = object()
 DEFAULT_POLICY = "standard"
 
 
@@ -67,7 +66,7 @@ class ReplEngine:
             self._boundary = _make_boundary(boundary, resolved, limits or Limits(), boundary_options)
         self._closed = False
         self._files = FileTracker()  # what each session's workspace held after its last result
-        self._workspaces: dict[str, WorkspaceDir | None] = {}
+        self._workspaces: dict[str, str] = {}  # session -> its workspace directory, once it has one
         # ---- observability and accounting (issue 19): budgets, spans, usage, audit events, history ----
         try:
             self._observer = Observer(
@@ -179,11 +178,13 @@ class ReplEngine:
         else:
             result = self._boundary.execute(request)
         # What the run did to the session's files: one stat while it has none, a scan once it has.
-        workspace = self._workspaces.get(request.session, _UNKNOWN)
-        if workspace is _UNKNOWN:
-            workspace = self._workspaces[request.session] = self._boundary.session_workspace(request.session)
-        if workspace is not None:
-            result.files = self._files.changes(request.session, workspace.path)
+        path = self._workspaces.get(request.session)
+        if path is None:  # asked again each run until the session has a directory
+            workspace = self._boundary.session_workspace(request.session)
+            if workspace is not None:
+                path = self._workspaces[request.session] = str(workspace.path)
+        if path is not None:
+            result.files = self._files.changes(request.session, path)
         return result
 
     def interrupt(self, session: str = "default") -> bool:
@@ -296,7 +297,7 @@ class ReplEngine:
         if workspace is None and create:
             raise FilesUnavailable(f"the {self._boundary.name} boundary has no workspace the host can reach")
         if workspace is not None:
-            self._workspaces[session] = workspace
+            self._workspaces[session] = str(workspace.path)
         return workspace
 
     def _content(self, data: object) -> bytes:

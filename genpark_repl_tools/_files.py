@@ -230,7 +230,7 @@ def _info(name: str, st: os.stat_result) -> FileInfo:
     )
 
 
-def _walk(path: Path) -> Iterator[tuple[str, os.stat_result]]:
+def _walk(path: Path | str) -> Iterator[tuple[str, os.stat_result]]:
     """Regular files under `path` (symlinks, devices and FIFOs are skipped, never followed)."""
     seen = 0
     try:
@@ -254,7 +254,7 @@ def _walk(path: Path) -> Iterator[tuple[str, os.stat_result]]:
         return
 
 
-def scan(path: Path) -> Snapshot:
+def scan(path: Path | str) -> Snapshot:
     return {name: (st.st_size, st.st_mtime_ns) for name, st in _walk(path)}
 
 
@@ -288,7 +288,7 @@ class FileTracker:
         self._known: dict[str, Snapshot] = {}  # sessions with files: their last scan
         self._empty: dict[str, int] = {}  # sessions without: their directory's mtime_ns
 
-    def changes(self, session: str, path: Path | None) -> list[FileChange]:
+    def changes(self, session: str, path: Path | str | None) -> list[FileChange]:
         if path is None:
             return []
         before = self._known.get(session)

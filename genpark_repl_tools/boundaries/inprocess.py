@@ -44,7 +44,7 @@ class InProcessBoundary(BaseBoundary):
         # (Policy.with_workspace) gets exactly that directory, shared by every session.
         self._root: Path | None = None
         self._root_lock = threading.Lock()
-        self._made: set[str] = set()  # sessions whose directory exists
+        self._made: dict[str, str] = {}  # sessions whose directory exists -> its path
         self._cleanup: weakref.finalize[Any, Any] | None = None
 
     @property
@@ -116,26 +116,33 @@ class InProcessBoundary(BaseBoundary):
         with s.lock:
             s.namespace.clear()
         if self._root is not None and self.policy.workspace is None:  # its own files go with it
-            self._made.discard(session)
+            self._made.pop(session, None)
             shutil.rmtree(self._root / session_dirname(session), ignore_errors=True)
         return True
 
     def session_workspace(self, session: str, *, create: bool = False) -> WorkspaceDir | None:
+        # None until the session's directory exists: a session that never used files costs nothing.
         if create:
             self._check_open()
             self._sessions.get_or_create(session, self._new_session)
-        elif self._sessions.find(session) is None:
+            return WorkspaceDir(Path(self._workspace_path(session, make=True)))
+        path = self._made.get(session)
+        if path is None or self._sessions.find(session) is None:
             return None
-        return WorkspaceDir(Path(self._workspace_path(session, make=False)))
+        return WorkspaceDir(Path(path))
 
     def _workspace_path(self, session: str, *, make: bool) -> str:
+        path = self._made.get(session)
+        if path is not None:
+            return path
         root = self._root or self._make_root()
         if self.policy.workspace is not None:
-            return str(root)  # the policy names one directory: every session shares it, as it says
-        path = os.path.join(root, session_dirname(session))
-        if make and session not in self._made:
+            path = str(root)  # the policy names one directory: every session shares it, as it says
+        else:
+            path = os.path.join(root, session_dirname(session))
+        if make:
             os.makedirs(path, mode=0o700, exist_ok=True)
-            self._made.add(session)
+            self._made[session] = path
         return path
 
     def _make_root(self) -> Path:
