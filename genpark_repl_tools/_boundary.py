@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._exceptions import EngineClosed
+from ._files import WorkspaceDir
 from ._limits import Limits
 from ._models import ErrorInfo, ExecutionResult, SessionRestore, VariableInfo
 from .policy import Policy
@@ -131,6 +132,12 @@ class BaseBoundary(ABC):
     def session_lost(self, session: str) -> bool:
         """Whether the session's state was lost (its worker ended) and it would restart empty."""
         return False
+
+    def session_workspace(self, session: str, *, create: bool = False) -> WorkspaceDir | None:
+        """The directory holding `session`'s files on this host (None: this boundary has none the
+        host can reach). With `create`, the session is created if needed (a host upload seeds it);
+        the directory itself is made by the file operation that needs it."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         """What this boundary actually enforces here (never claims a protection that is off)."""

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._boundary import BaseBoundary, ExecutionRequest
 from ._compile import parse
-from ._exceptions import EngineClosed, SessionNotFound
+from ._exceptions import EngineClosed, FileNotFound, FileQuotaExceeded, FilesUnavailable, SessionNotFound
+from ._files import FileTracker, WorkspaceDir
 from ._limits import Limits
-from ._models import AuditReport, ErrorInfo, ExecutionResult, SessionRestore, VariableInfo
+from ._models import AuditReport, ErrorInfo, ExecutionResult, FileInfo, SessionRestore, VariableInfo
 from ._observer import EventSink, Observer
 from .policy import Policy, runtime_for
 
@@ -65,6 +66,8 @@ class ReplEngine:
                 raise TypeError(f"policy must be a preset name or a Policy, not {type(policy).__name__}")
             self._boundary = _make_boundary(boundary, resolved, limits or Limits(), boundary_options)
         self._closed = False
+        self._files = FileTracker()  # what each session's workspace held after its last result
+        self._workspaces: dict[str, str] = {}  # session -> its workspace directory, once it has one
         # ---- observability and accounting (issue 19): budgets, spans, usage, audit events, history ----
         try:
             self._observer = Observer(
@@ -172,8 +175,18 @@ class ReplEngine:
 
     def _execute(self, request: ExecutionRequest) -> ExecutionResult:
         if self._durable is not None and self._durable.store is not None:
-            return self._durable.run(request, self._boundary.execute)  # lease, restore if stale, save
-        return self._boundary.execute(request)
+            result = self._durable.run(request, self._boundary.execute)  # lease, restore if stale, save
+        else:
+            result = self._boundary.execute(request)
+        # What the run did to the session's files: one stat while it has none, a scan once it has.
+        path = self._workspaces.get(request.session)
+        if path is None:  # asked again each run until the session has a directory
+            workspace = self._boundary.session_workspace(request.session)
+            if workspace is not None:
+                path = self._workspaces[request.session] = str(workspace.path)
+        if path is not None:
+            result.files = self._files.changes(request.session, path)
+        return result
 
     def interrupt(self, session: str = "default") -> bool:
         """Stop the code running in `session` now; returns whether anything was running.
@@ -232,6 +245,82 @@ class ReplEngine:
         self._observer.reset(session)
         if self._durable is not None:
             self._durable.forget(session)  # with a store, the stored snapshot goes too
+
+    # ---- files in and out of a session (issue 17) ----------------------------------------------
+
+    def upload(
+        self, session: str, name: str, data: bytes | bytearray | memoryview | str | os.PathLike[str]
+    ) -> FileInfo:
+        """Put a file into the session's workspace (created if needed) as `name`; returns it listed.
+
+        `data` is the content (bytes) or the path of a file on this host (str or path-like). Names
+        are relative to the workspace ('data.csv', 'in/raw.json'); `..`, absolute names and symlinks
+        are refused (UnsafeFileName), as are files over Limits.max_upload_bytes or a workspace past
+        Limits.max_workspace_bytes (FileQuotaExceeded). The session's code sees it at once.
+        """
+        from ._files import write_file
+
+        content = self._content(data)
+        workspace = self._workspace(session, create=True)
+        assert workspace is not None  # create=True raises instead
+        info = write_file(workspace, name, content, self.limits)
+        self._files.refresh(session, workspace.path)  # an upload is not the next run's change
+        return info
+
+    def files(self, session: str = "default") -> list[FileInfo]:
+        """The regular files in the session's workspace (name, size, modified, type), by name.
+        Symlinks, devices and FIFOs the code made are not listed."""
+        from ._files import list_files
+
+        workspace = self._workspace(session, create=False)
+        return [] if workspace is None else list_files(workspace)
+
+    def download(self, session: str, name: str) -> bytes:
+        """The content of a regular file in the session's workspace (FileNotFound if there is none;
+        UnsafeFileName for a name that escapes it or is not a regular file)."""
+        from ._files import check_name, read_file
+
+        check_name(name)
+        workspace = self._workspace(session, create=False)
+        if workspace is None:
+            raise FileNotFound(f"no file '{name}': session {session!r} has no files")
+        return read_file(workspace, name, self.limits.max_upload_bytes)
+
+    def delete_file(self, session: str, name: str) -> None:
+        """Remove a file (or a symlink, never its target) from the session's workspace."""
+        from ._files import check_name, delete_file
+
+        check_name(name)
+        workspace = self._workspace(session, create=False)
+        if workspace is None:
+            raise FileNotFound(f"no file '{name}': session {session!r} has no files")
+        delete_file(workspace, name)
+        self._files.refresh(session, workspace.path)
+
+    def _workspace(self, session: str, *, create: bool) -> WorkspaceDir | None:
+        self._check_open()
+        _check_session(session)
+        workspace = self._boundary.session_workspace(session, create=create)
+        if workspace is None and create:
+            raise FilesUnavailable(f"the {self._boundary.name} boundary has no workspace the host can reach")
+        if workspace is not None:
+            self._workspaces[session] = str(workspace.path)
+        return workspace
+
+    def _content(self, data: object) -> bytes:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            return bytes(data)
+        if isinstance(data, (str, os.PathLike)):
+            size = os.stat(data).st_size
+            if size > self.limits.max_upload_bytes:
+                raise FileQuotaExceeded(
+                    f"{os.fspath(data)!r} has {size:,} bytes; "
+                    f"the per-file limit is {self.limits.max_upload_bytes:,}"
+                )
+            with open(data, "rb") as f:
+                return f.read(self.limits.max_upload_bytes + 1)
+        else:
+            raise TypeError(f"data must be bytes or a path, not {type(data).__name__}")
 
     # ---- durable sessions (issue 13) ---------------------------------------------------------------
 
@@ -298,6 +387,8 @@ class ReplEngine:
             self._check_open()
             _check_session(session)
             self._observer.forget(session)
+            self._files.forget(session)
+            self._workspaces.pop(session, None)
             return self._boundary.close_session(session)
         if not self._closed:
             self._closed = True

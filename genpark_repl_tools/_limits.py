@@ -60,3 +60,10 @@ class Limits(BaseModel):
     max_history_bytes: int = Field(
         2_000_000, ge=0, description="Characters of code, output and figures kept per session's history."
     )
+    # ---- files in and out of a session (issue 17): enforced by the host for uploads ----
+    max_upload_bytes: int = Field(
+        50_000_000, gt=0, description="Largest file the host uploads into or downloads from a workspace."
+    )
+    max_workspace_bytes: int = Field(
+        500_000_000, gt=0, description="Bytes one session's workspace may hold; uploads beyond are refused."
+    )

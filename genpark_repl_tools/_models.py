@@ -17,6 +17,8 @@ __all__ = [
     "AuditReport",
     "ErrorInfo",
     "ExecutionResult",
+    "FileChange",
+    "FileInfo",
     "SessionRestore",
     "SkippedVariable",
     "SnapshotManifest",
@@ -196,6 +198,23 @@ class SessionRestore(_Model):
     warnings: list[str] = Field(default_factory=list, description="Python or library version mismatches.")
 
 
+class FileInfo(_Model):
+    """One file in a session's workspace."""
+
+    name: str = Field(description="Path relative to the workspace, with '/' between directories.")
+    size: int = Field(description="Bytes.")
+    modified: datetime = Field(description="Last modification time (UTC).")
+    type: str = Field(description="Media type guessed from the name ('text/csv', 'image/png', ...).")
+
+
+class FileChange(_Model):
+    """A file a run created, changed or deleted in the session's workspace."""
+
+    name: str
+    change: Literal["created", "modified", "deleted"]
+    size: int = Field(0, description="Bytes after the run (0 when deleted).")
+
+
 class ExecutionResult(_Model):
     """What happened when a piece of code ran in a session."""
 
@@ -230,6 +249,10 @@ class ExecutionResult(_Model):
         default_factory=list, description="Caveats about this run, for people and models."
     )
     usage: Usage = Field(default_factory=Usage, description="Time and memory the run used.")
+    files: list[FileChange] = Field(
+        default_factory=list,
+        description="Files in the session's workspace created, changed or deleted since the last result.",
+    )
 
     @property
     def ok(self) -> bool:

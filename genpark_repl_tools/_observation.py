@@ -14,9 +14,16 @@ from ._text import escape_controls
 from ._text import finding_text as _finding_text
 
 if TYPE_CHECKING:  # annotations only: the models import this module to render themselves
-    from ._models import ExecutionResult, VariableInfo
+    from ._models import ExecutionResult, FileChange, VariableInfo
 
-__all__ = ["render_observation", "render_variable", "render_variables", "variable_label"]
+__all__ = [
+    "format_size",
+    "render_file_changes",
+    "render_observation",
+    "render_variable",
+    "render_variables",
+    "variable_label",
+]
 
 DEFAULT_MAX_CHARS = 12_000
 _MAX_LISTED_CHANGES = 12
@@ -35,6 +42,8 @@ def render_observation(result: ExecutionResult, max_chars: int | None = None) ->
     changes = _changes_line(result)
     if changes:
         tail.append(changes)
+    if result.files:
+        tail.append(render_file_changes(result.files))
     for attachment in result.attachments:
         size = f" {attachment.width}x{attachment.height}" if attachment.width and attachment.height else ""
         label = attachment.description or "figure"
@@ -202,3 +211,28 @@ def _cut(text: str, size: int) -> str:
     tail = keep - head
     omitted = len(text) - head - tail
     return text[:head] + marker.format(omitted) + (text[-tail:] if tail else "")
+
+
+def format_size(n: int) -> str:
+    """Bytes for a reader: '812 B', '3.2 KB', '41.0 MB' (decimal units)."""
+    if n < 1000:
+        return f"{n} B"
+    size = n / 1000
+    for unit in ("KB", "MB"):
+        if size < 1000:
+            return f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
+def render_file_changes(changes: list[FileChange], max_listed: int = _MAX_LISTED_CHANGES) -> str:
+    """One line for a model: 'Files: wrote clean.csv (3.2 KB), chart.png (41.0 KB); deleted old.csv'."""
+    written = [f"{c.name} ({format_size(c.size)})" for c in changes if c.change != "deleted"]
+    deleted = [c.name for c in changes if c.change == "deleted"]
+    groups = []
+    for label, items in (("wrote", written), ("deleted", deleted)):
+        if items:
+            shown = items[:max_listed]
+            more = f" and {len(items) - len(shown)} more" if len(items) > len(shown) else ""
+            groups.append(f"{label} {', '.join(shown)}{more}")
+    return f"Files: {'; '.join(groups)}" if groups else ""

@@ -183,6 +183,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU-time cap (enforced by the subprocess boundary)",
     )
 
+    files_opts = argparse.ArgumentParser(add_help=False)
+    files_opts.add_argument(
+        "--upload",
+        action="append",
+        type=Path,
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="put this file into the session's workspace first, under its own name (repeatable)",
+    )
+    files_opts.add_argument(
+        "--download",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help="after the run (the REPL: on leaving), save this workspace file into the current "
+        "directory, never overwriting (repeatable)",
+    )
+
     output_opts = argparse.ArgumentParser(add_help=False)
     output_opts.add_argument(
         "--json",
@@ -200,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog=_PROG,
-        parents=[policy_opts, engine_opts, output_opts],
+        parents=[policy_opts, engine_opts, files_opts, output_opts],
         description="Run Python the way an LLM agent's tool does: per-session namespaces, policies, "
         "limits and structured telemetry. Without a command: an interactive REPL.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -215,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        parents=[policy_opts, engine_opts, output_opts],
+        parents=[policy_opts, engine_opts, files_opts, output_opts],
         help="run a file (or - for stdin) as one cell",
         description="Run a script as one cell and print the observation (or the telemetry with --json). "
         "Exit code: 0 ok, 1 error, 2 usage, 3 blocked, 4 timeout, 5 crashed.",
@@ -415,6 +433,7 @@ def _read_source(file: str) -> tuple[str, str]:
 def _cmd_run(args: argparse.Namespace) -> int:
     code, name = _read_source(args.file)
     with _make_engine(args) as engine, contextlib.ExitStack() as stack:
+        upload_paths(engine, "run", getattr(args, "upload", ()))
         out = _report_stream(stack)
         reply = tools.run_python(engine, code, "run")
         print(_render(reply, getattr(args, "json", False)), file=out)
@@ -428,7 +447,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     print(f"Saved figure: {path}", file=sys.stderr)
             except OSError as exc:  # the run's status still decides the exit code
                 print(f"{_PROG}: cannot save figures: {exc}", file=sys.stderr)
+        for line in download_names(engine, "run", getattr(args, "download", ()), Path.cwd()):
+            print(line, file=sys.stderr)
     return exit_code(result)
+
+
+def upload_paths(engine: ReplEngine, session: str, paths: Sequence[Path]) -> None:
+    """--upload: each file into the session's workspace under its own name (a usage error if refused)."""
+    for path in paths:
+        try:
+            engine.upload(session, path.name, path)
+        except OSError as exc:
+            raise UsageError(f"cannot upload {path}: {exc.strerror or exc}") from exc
+        except ReplError as exc:
+            raise UsageError(f"cannot upload {path}: {exc}") from exc
+
+
+def download_names(engine: ReplEngine, session: str, names: Sequence[str], directory: Path) -> list[str]:
+    """--download / :download: save workspace files into `directory`; one line per file saying where."""
+    lines = []
+    for name in names:
+        try:
+            data = engine.download(session, name)
+            stem, dot, suffix = Path(name).name.rpartition(".")
+            saved = _write_new(directory, stem if dot else suffix, f".{suffix}" if dot else "", data)
+        except (ReplError, OSError, UsageError) as exc:
+            lines.append(f"Cannot download {name}: {exc}")
+            continue
+        lines.append(f"Saved file: {saved}")
+    return lines
 
 
 def _report_stream(stack: contextlib.ExitStack) -> TextIO:
@@ -716,7 +763,7 @@ def _write_new(directory: Path, stem: str, suffix: str, data: bytes) -> Path:
         except FileExistsError:
             continue
         return path
-    raise UsageError(f"too many figures named {stem}* in {directory}")
+    raise UsageError(f"too many files named {stem}* in {directory}")
 
 
 # ---- the interactive REPL ----------------------------------------------------------------------
@@ -728,6 +775,9 @@ empty line). After each run you see the observation a model would get (--json: t
   :vars            the session's variables
   :inspect NAME    one variable in detail
   :reset           delete every variable
+  :files           the files in the session's workspace
+  :upload PATH     put a file into the workspace
+  :download NAME   save a workspace file into the current directory
   :policy [NAME]   show the policy and what is enforced; with NAME, switch (variables are lost)
   :help            this text (help works too)
   :quit            leave (exit, quit and Ctrl-D work too)"""
@@ -739,6 +789,11 @@ _HELP_WORDS = frozenset({"help", "help()"})
 
 def _cmd_repl(args: argparse.Namespace) -> int:
     engine = _make_engine(args)
+    try:
+        upload_paths(engine, _REPL_SESSION, getattr(args, "upload", ()))
+    except UsageError:
+        engine.close()
+        raise
     interactive = sys.stdin.isatty()
 
     def switch(policy: str) -> ReplEngine:
@@ -754,6 +809,7 @@ def _cmd_repl(args: argparse.Namespace) -> int:
             json_output=getattr(args, "json", False),
             figures_dir=getattr(args, "save_figures", None),
             switch_policy=switch,
+            downloads=getattr(args, "download", ()),
         )
     finally:
         if history is not None:
@@ -787,8 +843,10 @@ def repl(
     json_output: bool = False,
     figures_dir: Path | None = None,
     switch_policy: Callable[[str], ReplEngine] | None = None,
+    downloads: Sequence[str] = (),
 ) -> int:
-    """Read-eval-print loop over `engine`'s "repl" session; returns the exit code. Closes the engine.
+    """Read-eval-print loop over `engine`'s "repl" session; returns the exit code. Closes the engine
+    (after saving the workspace files named in `downloads` into the current directory).
 
     With `interactive`, lines are read with `input()` (readline editing and history) and prompts are
     shown; otherwise lines come from `stdin` silently, so the REPL can be driven by a pipe.
@@ -831,7 +889,11 @@ def repl(
                 buffer.clear()
                 state.run(source)
     finally:
-        state.engine.close()
+        try:
+            for message in download_names(state.engine, _REPL_SESSION, downloads, Path.cwd()):
+                state.say(message)
+        finally:
+            state.engine.close()
 
 
 def _read_line(prompt: str, stdin: TextIO, interactive: bool) -> str:
@@ -908,6 +970,15 @@ class _ReplState:
             self._inspect(arg)
         elif name == ":reset":
             self._reset()
+        elif name == ":files":
+            self.say(_render(tools.list_files(self.engine, _REPL_SESSION), self.json_output))
+        elif name == ":download":
+            if not arg:
+                self.say("Usage: :download NAME")
+            for message in download_names(self.engine, _REPL_SESSION, [arg] if arg else [], Path.cwd()):
+                self.say(message)
+        elif name == ":upload":
+            self._upload(arg)
         elif name == ":policy":
             self._policy(arg)
         else:
@@ -922,6 +993,17 @@ class _ReplState:
             self.say("Usage: :inspect NAME")
             return
         self.say(_render(tools.inspect_variable(self.engine, name, _REPL_SESSION), self.json_output))
+
+    def _upload(self, path: str) -> None:
+        if not path:
+            self.say("Usage: :upload PATH")
+            return
+        try:
+            upload_paths(self.engine, _REPL_SESSION, [Path(path).expanduser()])
+        except UsageError as exc:
+            self.say(str(exc))
+            return
+        self.say(f"Uploaded {Path(path).name}.")
 
     def _reset(self) -> None:
         self.say(_render(tools.reset_session(self.engine, _REPL_SESSION), self.json_output))

@@ -27,13 +27,14 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import tools
 from ._engine import ReplEngine
-from ._exceptions import MissingDependency
-from ._models import ExecutionResult, VariableInfo
+from ._exceptions import MissingDependency, ReplError
+from ._models import ExecutionResult, FileInfo, VariableInfo
 from .tools import ToolReply
 
 
@@ -60,7 +61,7 @@ try:
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.context import Context
-    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+    from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
     from mcp.shared.exceptions import MCPError
     from mcp_types import (
         INVALID_PARAMS,
@@ -71,6 +72,9 @@ try:
         TextContent,
         ToolAnnotations,
     )
+    from mcp_types import (
+        Resource as MCPResource,
+    )
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test without the SDK
     raise MissingDependency(_missing_sdk_message(exc)) from exc
 
@@ -78,12 +82,15 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
 __all__ = [
+    "FILE_URI",
+    "FilesOutput",
     "HttpLimits",
     "ImageInfo",
     "InspectOutput",
     "LogLevel",
     "ResetOutput",
     "RunOutput",
+    "UploadOutput",
     "VariablesOutput",
     "create_server",
     "http_app",
@@ -112,6 +119,11 @@ _INSTRUCTIONS = (
 # What MCP adds to the core's tool descriptions: the protocol is stateless, so sessions are handles.
 _RUN_HANDLE = " Pass the session_id from a result to keep its variables; omit it to start a new session."
 _RESET_HANDLE = " The session_id stays valid for run_python."
+_UPLOAD_HANDLE = " Omit session_id to start a new session with this file; its session_id comes back."
+
+# A session's files as MCP resources (issue 17): listed by resources/list, read through this template.
+FILE_URI = "genpark-repl://sessions/{session_id}/files/{name}"
+_LISTED_RESOURCES = 1000
 
 # Shown to the model in the input schemas: the argument contract is part of the API.
 _CODE = Field(description=tools.RUN_PYTHON.arguments["code"])
@@ -120,6 +132,9 @@ _NEW_OR_OLD_SESSION = Field(
 )
 _SESSION = Field(description="session_id returned by run_python.")
 _NAME = Field(description=tools.INSPECT_VARIABLE.arguments["name"])
+_FILE_NAME = Field(description=tools.UPLOAD_FILE.arguments["name"])
+_FILE_CONTENT = Field(description=tools.UPLOAD_FILE.arguments["content"])
+_FILE_BASE64 = Field(description=tools.UPLOAD_FILE.arguments["content_base64"])
 
 
 # ---- structured output (the telemetry, with an output schema) -----------------------------------
@@ -163,6 +178,17 @@ class InspectOutput(_Output):
 class ResetOutput(_Output):
     session_id: str
     reset: bool = Field(description="True: every variable of the session is gone.")
+
+
+class FilesOutput(_Output):
+    session_id: str
+    files: list[FileInfo] = Field(description="Files in the session's workspace; read one as a resource.")
+
+
+class UploadOutput(_Output):
+    session_id: str = Field(description="Pass it to run_python to use the file there.")
+    new_session: bool = Field(description="True when this call started the session.")
+    file: FileInfo
 
 
 # ---- rendering: the tool layer's reply as an MCP result ------------------------------------------
@@ -210,6 +236,10 @@ def _to_mcp(reply: ToolReply, *, new_session: bool = False) -> CallToolResult:
         output = VariablesOutput(session_id=reply.session, variables=reply.data["variables"])
     elif reply.tool == tools.INSPECT_VARIABLE.name:
         output = InspectOutput(session_id=reply.session, variable=reply.data.get("variable"))
+    elif reply.tool == tools.LIST_FILES.name:
+        output = FilesOutput(session_id=reply.session, files=reply.data["files"])
+    elif reply.tool == tools.UPLOAD_FILE.name:
+        output = UploadOutput(session_id=reply.session, new_session=new_session, file=reply.data["file"])
     else:
         output = ResetOutput(session_id=reply.session, reset=True)
     return CallToolResult(
@@ -293,6 +323,95 @@ class _ReplTools:
         await self._require_session(session_id)
         return _to_mcp(_as_handle(await tools.areset_session(self._engine, _CLIENT.get() + session_id)))
 
+    async def list_files(
+        self, session_id: Annotated[str, _SESSION]
+    ) -> Annotated[CallToolResult, FilesOutput]:
+        await self._require_session(session_id)
+        reply = await tools.alist_files(self._engine, _CLIENT.get() + session_id)
+        text = reply.text
+        if not reply.is_error and reply.data["files"]:
+            text += f"\nEach is a resource: {FILE_URI.replace('{session_id}', session_id)}"
+        reply.text = text
+        return _to_mcp(_as_handle(reply))
+
+    async def upload_file(
+        self,
+        name: Annotated[str, _FILE_NAME],
+        content: Annotated[str, _FILE_CONTENT],
+        content_base64: Annotated[bool, _FILE_BASE64] = False,
+        session_id: Annotated[str | None, _NEW_OR_OLD_SESSION] = None,
+    ) -> Annotated[CallToolResult, UploadOutput]:
+        new_session = session_id is None
+        client = _CLIENT.get()
+        if session_id is None:
+            session_id = f"s-{secrets.token_hex(6)}"
+        else:
+            await self._require_session(session_id, running=True)
+        engine_id = client + session_id
+        data: bytes | str = content
+        if content_base64:
+            import base64
+            import binascii
+
+            try:
+                data = base64.b64decode(content, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ToolError(
+                    f"content is not valid base64 ({exc}); send text with content_base64=false"
+                ) from exc
+        if new_session:
+            self._starting.add(engine_id)
+        try:
+            if new_session:
+                await self._check_session_room(client, engine_id)
+            reply = await tools.aupload_file(self._engine, name, data, engine_id)
+        finally:
+            self._starting.discard(engine_id)
+        if not reply.is_error:
+            self._issue(engine_id)
+        reply.session = session_id
+        return _to_mcp(reply, new_session=new_session and not reply.is_error)
+
+    async def read_file(self, session_id: str, name: str) -> str | bytes:
+        """A file of the session as a resource: text when it is UTF-8, else bytes."""
+        engine_id = _client() + session_id
+        if engine_id not in self._issued and engine_id not in await anyio.to_thread.run_sync(
+            self._engine.sessions
+        ):
+            raise ResourceError(f"unknown session_id {session_id!r:.80}")
+        try:
+            content = await anyio.to_thread.run_sync(self._engine.download, engine_id, name)
+        except ReplError as exc:
+            raise ResourceError(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            return content.decode("utf-8")
+        except UnicodeDecodeError:
+            return content
+
+    async def file_resources(self) -> list[MCPResource]:
+        """The files of the sessions this client holds, as resources (bounded)."""
+        client = _client()
+        live = set(await anyio.to_thread.run_sync(self._engine.sessions))
+        found: list[MCPResource] = []
+        for engine_id in list(self._issued)[::-1]:
+            if not engine_id.startswith(client) or engine_id not in live:
+                continue
+            handle = engine_id.removeprefix(client)
+            infos = await anyio.to_thread.run_sync(self._engine.files, engine_id)
+            for info in infos:
+                found.append(
+                    MCPResource(
+                        uri=FILE_URI.format(session_id=handle, name=quote(info.name, safe="")),
+                        name=info.name,
+                        description=f"File of session {handle} ({info.size:,} bytes)",
+                        mime_type=info.type,
+                        size=info.size,
+                    )
+                )
+                if len(found) >= _LISTED_RESOURCES:
+                    return found
+        return found
+
     def _issue(self, engine_id: str) -> None:
         self._issued[engine_id] = None
         self._issued.move_to_end(engine_id)
@@ -333,6 +452,15 @@ class _ReplTools:
         )
 
 
+def _client() -> str:
+    """The calling client's prefix outside a tool call (resources): the token's client over HTTP."""
+    client = _CLIENT.get()
+    if client:
+        return client
+    access = get_access_token()
+    return "" if access is None else f"{access.client_id}/"
+
+
 def _as_handle(reply: ToolReply) -> ToolReply:
     """The reply with the client's handle in place of the engine's session id (they differ over HTTP)."""
     client = _CLIENT.get()
@@ -348,6 +476,14 @@ class _ReplServer(MCPServer[Any]):
     arguments come back as a tool error (`is_error`) saying which argument and what is expected, so the
     model can correct the call. The SDK's own messages carry pydantic's internals and ignore unknown keys.
     """
+
+    files: _ReplTools | None = None  # set by _add_tools: resources/list lists its sessions' files
+
+    async def list_resources(self) -> list[MCPResource]:
+        listed = await super().list_resources()
+        if self.files is not None:
+            listed.extend(await self.files.file_resources())
+        return listed
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -412,11 +548,21 @@ def create_server(
 
 
 def _add_tools(server: MCPServer[Any], engine: ReplEngine, handlers: _ReplTools) -> None:
+    if isinstance(server, _ReplServer):
+        server.files = handlers
+    server.resource(
+        FILE_URI,
+        name="session_file",
+        title="A file of a session",
+        description="A file in a session's working directory (list_files names them).",
+    )(handlers.read_file)
     for spec, handler, extra in (
         (tools.RUN_PYTHON, handlers.run_python, _RUN_HANDLE),
         (tools.LIST_VARIABLES, handlers.list_variables, ""),
         (tools.INSPECT_VARIABLE, handlers.inspect_variable, ""),
         (tools.RESET_SESSION, handlers.reset_session, _RESET_HANDLE),
+        (tools.LIST_FILES, handlers.list_files, ""),
+        (tools.UPLOAD_FILE, handlers.upload_file, _UPLOAD_HANDLE),
     ):
         server.add_tool(
             handler,
@@ -427,7 +573,7 @@ def _add_tools(server: MCPServer[Any], engine: ReplEngine, handlers: _ReplTools)
                 title=spec.title,
                 read_only_hint=spec.read_only,
                 destructive_hint=spec is tools.RESET_SESSION,
-                idempotent_hint=spec is not tools.RUN_PYTHON,
+                idempotent_hint=spec not in (tools.RUN_PYTHON, tools.UPLOAD_FILE),
             ),
         )
 

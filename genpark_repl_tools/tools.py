@@ -10,6 +10,10 @@ tool vocabulary:
     inspect_variable(name)  one variable in detail
     reset_session()         empty the session (the CLI and MCP offer it; agents' toolkits do not by
                             default: a model resetting its own state is rarely what a user wants)
+    list_files()            the files in the session's workspace (name, size, type)
+    download_file(name)     one file: its text when it is text, its bytes (base64) only on request
+    upload_file(name, ...)  put a file into the workspace (MCP and the CLI; agents' toolkits seed
+                            files from the host with `upload_files` instead)
 
 A frontend decides only how a conversation maps to a session id, and how a reply becomes its
 framework's message.
@@ -21,29 +25,42 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._engine import ReplEngine
-from ._exceptions import ReplError, SessionNotFound, VariableNotFound
-from ._models import Attachment, ExecutionResult, VariableInfo
-from ._observation import render_variable, render_variables
+from ._exceptions import FileError, ReplError, SessionNotFound, VariableNotFound
+from ._models import Attachment, ExecutionResult, FileInfo, VariableInfo
+from ._observation import format_size, render_variable, render_variables
 from ._text import clean as _clean
 
 __all__ = [
+    "DOWNLOAD_FILE",
+    "FILE_TOOLS",
     "INSPECT_VARIABLE",
+    "LIST_FILES",
     "LIST_VARIABLES",
     "RESET_SESSION",
     "RUN_PYTHON",
     "TOOLS",
+    "UPLOAD_FILE",
+    "SessionFiles",
     "ToolReply",
     "ToolSpec",
+    "adownload_file",
     "ainspect_variable",
+    "alist_files",
     "alist_variables",
     "areset_session",
     "arun_python",
+    "aupload_file",
+    "download_file",
     "inspect_variable",
     "is_error",
+    "list_files",
     "list_variables",
+    "render_files",
     "reset_session",
     "run_python",
     "run_reply",
+    "upload_file",
+    "upload_files",
 ]
 
 _LISTED_NAMES = 30  # names offered when inspect_variable misses
@@ -111,6 +128,43 @@ RESET_SESSION = ToolSpec(
     description="Delete every variable of this conversation's Python session and start it empty.",
 )
 TOOLS = (RUN_PYTHON, LIST_VARIABLES, INSPECT_VARIABLE, RESET_SESSION)
+
+# ---- files in and out of a session (issue 17) ----
+LIST_FILES = ToolSpec(
+    name="list_files",
+    title="List files",
+    description=(
+        "List the files in this conversation's Python session's working directory (the files you "
+        "were given and the ones your code wrote), each with its size and type. Code opens them by "
+        "name, e.g. open('data.csv')."
+    ),
+    read_only=True,
+)
+DOWNLOAD_FILE = ToolSpec(
+    name="download_file",
+    title="Read a file",
+    description=(
+        "Read one file of this conversation's Python session's working directory: its text when it "
+        "is text (long files are shortened), otherwise its size and type."
+    ),
+    arguments={"name": 'The file\'s name as list_files shows it, e.g. "clean.csv".'},
+    read_only=True,
+)
+UPLOAD_FILE = ToolSpec(
+    name="upload_file",
+    title="Upload a file",
+    description=(
+        "Put a file into this conversation's Python session's working directory, where code opens it "
+        "by name. An existing file of that name is replaced."
+    ),
+    arguments={
+        "name": 'The file\'s name, relative to the working directory, e.g. "data.csv".',
+        "content": "The file's content: text, or base64 when content_base64 is true.",
+        "content_base64": "Whether content is base64-encoded bytes.",
+    },
+)
+FILE_TOOLS = (LIST_FILES, DOWNLOAD_FILE, UPLOAD_FILE)
+_LISTED_FILES = 50
 
 
 @dataclass
@@ -211,6 +265,142 @@ async def _to_thread(fn: Any, *args: Any) -> ToolReply:
 
     reply: ToolReply = await asyncio.to_thread(fn, *args)
     return reply
+
+
+# ---- files -----------------------------------------------------------------------------------------
+
+
+def list_files(engine: ReplEngine, session: str) -> ToolReply:
+    try:
+        infos = engine.files(session)
+    except ReplError as exc:
+        return _file_failure(LIST_FILES, session, exc)
+    return ToolReply(
+        tool=LIST_FILES.name,
+        text=_clean(render_files(infos)),
+        session=session,
+        data={"files": [info.model_dump(mode="json") for info in infos]},
+    )
+
+
+def download_file(engine: ReplEngine, name: str, session: str, *, include_bytes: bool = False) -> ToolReply:
+    """The file's text for the model when it is UTF-8 text (cut to the observation budget); its bytes
+    go into `data["content_base64"]` only with `include_bytes`."""
+    try:
+        content = engine.download(session, name)
+    except ReplError as exc:
+        return _file_failure(DOWNLOAD_FILE, session, exc)
+    import mimetypes
+
+    size = format_size(len(content))
+    media = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    data: dict[str, Any] = {"file": {"name": name, "size": len(content), "type": media}}
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        body = f"{name} ({size}, {media}): binary content, not shown."
+    else:
+        limit = engine.limits.max_observation_chars - 100
+        shown = text if len(text) <= limit else text[:limit] + "\n[... shortened ...]"
+        body = f"{name} ({size}, {media}):\n{shown}"
+        data["text"] = shown
+    if include_bytes:
+        import base64
+
+        data["content_base64"] = base64.b64encode(content).decode("ascii")
+    return ToolReply(tool=DOWNLOAD_FILE.name, text=_clean(body), session=session, data=data)
+
+
+def upload_file(engine: ReplEngine, name: str, content: bytes | str, session: str) -> ToolReply:
+    """Put `content` (bytes, or text written as UTF-8) into the session's workspace as `name`."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    try:
+        info = engine.upload(session, name, data)
+    except ReplError as exc:
+        return _file_failure(UPLOAD_FILE, session, exc)
+    return ToolReply(
+        tool=UPLOAD_FILE.name,
+        text=_clean(f"Uploaded {info.name} ({format_size(info.size)}, {info.type})."),
+        session=session,
+        data={"file": info.model_dump(mode="json")},
+    )
+
+
+def upload_files(engine: ReplEngine, files: Any, session: str) -> list[FileInfo]:
+    """Seed a session from the host: `files` maps names to bytes or host paths, or is a list of host
+    paths (each uploaded under its own file name). Raises on a refused name or quota (the host's
+    misconfiguration, not the model's)."""
+    import os
+
+    items = files.items() if hasattr(files, "items") else ((os.path.basename(os.fspath(p)), p) for p in files)
+    return [engine.upload(session, name, value) for name, value in items]
+
+
+class SessionFiles:
+    """Files every session of a frontend starts with: uploaded the first time a session is used
+    (`seed`), so each conversation gets its own copy. `files` is what `upload_files` takes."""
+
+    def __init__(self, files: Any) -> None:
+        import os
+        import threading
+
+        if hasattr(files, "items"):
+            self.files: dict[str, Any] = dict(files.items())
+        else:
+            self.files = {os.path.basename(os.fspath(p)): p for p in files}
+        self._seeded: set[tuple[int, str]] = set()
+        self._lock = threading.Lock()
+
+    def seed(self, engine: ReplEngine, session: str) -> None:
+        key = (id(engine), session)
+        if not self.files or key in self._seeded:
+            return
+        with self._lock:
+            if key not in self._seeded:
+                upload_files(engine, self.files, session)
+                self._seeded.add(key)
+
+
+async def alist_files(engine: ReplEngine, session: str) -> ToolReply:
+    return await _to_thread(list_files, engine, session)
+
+
+async def adownload_file(
+    engine: ReplEngine, name: str, session: str, *, include_bytes: bool = False
+) -> ToolReply:
+    import asyncio
+
+    return await asyncio.to_thread(download_file, engine, name, session, include_bytes=include_bytes)
+
+
+async def aupload_file(engine: ReplEngine, name: str, content: bytes | str, session: str) -> ToolReply:
+    return await _to_thread(upload_file, engine, name, content, session)
+
+
+def render_files(infos: list[FileInfo]) -> str:
+    """The files as a model reads them: one line each, 'clean.csv  3.2 KB  text/csv'."""
+    if not infos:
+        return "No files yet."
+    lines = [f"{f.name}  {format_size(f.size)}  {f.type}" for f in infos[:_LISTED_FILES]]
+    if len(infos) > _LISTED_FILES:
+        lines.append(f"[... and {len(infos) - _LISTED_FILES} more files]")
+    return f"Files ({len(infos)}):\n" + "\n".join(lines)
+
+
+def _file_failure(spec: ToolSpec, session: str, exc: ReplError) -> ToolReply:
+    if not isinstance(exc, FileError):
+        return _failure(spec, session, exc)
+    kind = type(exc).__name__
+    return ToolReply(
+        tool=spec.name,
+        text=_clean(f"{kind}: {exc}"),
+        session=session,
+        is_error=True,
+        data={"failure": kind, "message": _clean(str(exc))},
+        failure=kind,
+    )
 
 
 def is_error(data: dict[str, Any]) -> bool:

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._compile import compile_cell
+from .._files import WorkspaceDir
 from .._limits import Limits
 from .._models import ExecutionResult, SessionRestore, VariableInfo
 from .._runner import run_cell
 from .._session import Session, SessionTable
-from ..policy import Policy, PolicyRuntime, runtime_for
+from ..policy import Policy, PolicyRuntime, runtime_for, session_workspace
+from ._subprocess._os import session_dirname
 
 if TYPE_CHECKING:
     from ..snapshot import SessionSnapshot
@@ -34,6 +42,13 @@ class InProcessBoundary(BaseBoundary):
         self._runtime = runtime_for(policy)
         self._sessions: SessionTable[Session] = SessionTable(limits.max_sessions)
         self._running: dict[str, ExecutionRequest] = {}  # session -> the call running in it
+        # Per-session workspaces (issue 17): <temporary root>/<session_dirname>, made on first use and
+        # removed with the session; the root goes with the boundary. A policy that names a workspace
+        # (Policy.with_workspace) gets exactly that directory, shared by every session.
+        self._root: Path | None = None
+        self._root_lock = threading.Lock()
+        self._made: dict[str, str] = {}  # sessions whose directory exists -> its path
+        self._cleanup: weakref.finalize[Any, Any] | None = None
 
     @property
     def runtime(self) -> PolicyRuntime:
@@ -84,15 +99,25 @@ class InProcessBoundary(BaseBoundary):
         limits = self.limits
         if request.timeout_s is not None and request.timeout_s != limits.timeout_s:
             limits = limits.model_copy(update={"timeout_s": request.timeout_s})
-        with session.lock:
-            if request.cancelled:
-                return cancelled_before_start(request, self.policy.name, self.name, session.execution_count)
-            self._running[request.session] = request
-            try:
-                return run_cell(session, cell, self._runtime, limits, self.name)
-            finally:
-                self._running.pop(request.session, None)
-                session.cancel_pending = False
+        # Code under a restricted policy with files uses its session's own directory (made once).
+        token = None
+        if self.policy.restricted and self.policy.files:
+            token = session_workspace.set(self._workspace_path(request.session, make=True))
+        try:
+            with session.lock:
+                if request.cancelled:
+                    return cancelled_before_start(
+                        request, self.policy.name, self.name, session.execution_count
+                    )
+                self._running[request.session] = request
+                try:
+                    return run_cell(session, cell, self._runtime, limits, self.name)
+                finally:
+                    self._running.pop(request.session, None)
+                    session.cancel_pending = False
+        finally:
+            if token is not None:
+                session_workspace.reset(token)
 
     def variables(self, session: str, *, include_hidden: bool = False) -> list[VariableInfo]:
         s = self._sessions.get(session)
@@ -122,10 +147,55 @@ class InProcessBoundary(BaseBoundary):
             return False
         with s.lock:
             s.namespace.clear()
+        if self._root is not None and self.policy.workspace is None:  # its own files go with it
+            self._made.pop(session, None)
+            shutil.rmtree(self._root / session_dirname(session), ignore_errors=True)
         return True
+
+    def session_workspace(self, session: str, *, create: bool = False) -> WorkspaceDir | None:
+        # None until the session's directory exists: a session that never used files costs nothing.
+        if create:
+            self._check_open()
+            self._sessions.get_or_create(session, self._new_session)
+            return WorkspaceDir(Path(self._workspace_path(session, make=True)))
+        path = self._made.get(session)
+        if path is None or self._sessions.find(session) is None:
+            return None
+        return WorkspaceDir(Path(path))
+
+    def _workspace_path(self, session: str, *, make: bool) -> str:
+        path = self._made.get(session)
+        if path is not None:
+            return path
+        root = self._root or self._make_root()
+        if self.policy.workspace is not None:
+            path = str(root)  # the policy names one directory: every session shares it, as it says
+        else:
+            path = os.path.join(root, session_dirname(session))
+        if make:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            self._made[session] = path
+        return path
+
+    def _make_root(self) -> Path:
+        with self._root_lock:
+            if self._root is None:
+                if self.policy.workspace is not None:
+                    root = Path(self.policy.workspace).resolve()
+                    root.mkdir(parents=True, exist_ok=True)
+                else:
+                    root = Path(os.path.realpath(tempfile.mkdtemp(prefix="genpark-ws-")))
+                    self._cleanup = weakref.finalize(self, shutil.rmtree, root, ignore_errors=True)
+                self._root = root
+            return self._root
 
     def sessions(self) -> list[str]:
         return self._sessions.names()
+
+    def close(self) -> None:
+        super().close()
+        if self._cleanup is not None:
+            self._cleanup()  # the temporary workspace root this boundary made
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -23,6 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._exceptions import BoundaryError, MissingDependency, SessionNotFound
+from .._files import WorkspaceDir
 from .._limits import Limits
 from .._models import ExecutionResult, SessionRestore, SnapshotManifest, VariableInfo
 from .._session import DESCRIBE_BUDGET_S, SessionTable, not_defined
@@ -151,6 +152,7 @@ class SubprocessBoundary(BaseBoundary):
         self.max_workers = max_workers
         self.kill_grace_s = kill_grace_s
         uid, self._user_note = resolve_user(user)
+        self._file_owner = None if uid is None else (uid, uid)  # as the sandbox drops to (uid, gid=uid)
         self._root, self._owns_root = prepare_workspace_root(workspace_root, policy, dropping=uid is not None)
         self._sessions: SessionTable[_SessionState] = SessionTable(limits.max_sessions)
         self._evicted: OrderedDict[str, None] = OrderedDict()  # guarded by self._sessions.lock
@@ -245,6 +247,18 @@ class SubprocessBoundary(BaseBoundary):
         if self._owns_root:
             shutil.rmtree(state.workspace, ignore_errors=True)
         return True
+
+    def session_workspace(self, session: str, *, create: bool = False) -> WorkspaceDir | None:
+        """The session's workspace on this host: it outlives the session's workers (restarts,
+        eviction), and goes with close_session."""
+        if create:
+            state = self._session_for_run(session)
+        else:
+            found = self._sessions.find(session)
+            if found is None:
+                return None
+            state = found
+        return WorkspaceDir(state.workspace, self._file_owner)
 
     def sessions(self) -> list[str]:
         return self._sessions.names()

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from ._errors import PolicyViolation
 from ._model import AttributeRules, ModuleRule, Policy
-from ._runtime import PolicyRuntime, runtime_for
+from ._runtime import PolicyRuntime, runtime_for, session_workspace
 
-__all__ = ["AttributeRules", "ModuleRule", "Policy", "PolicyRuntime", "PolicyViolation", "runtime_for"]
+__all__ = [
+    "AttributeRules",
+    "ModuleRule",
+    "Policy",
+    "PolicyRuntime",
+    "PolicyViolation",
+    "runtime_for",
+    "session_workspace",
+]

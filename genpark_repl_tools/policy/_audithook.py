@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType
 from typing import Any
 
+from ._context import session_workspace
 from ._errors import PolicyViolation
 
 __all__ = ["MARK", "SandboxState", "activate", "deactivate", "install", "plain_path"]
@@ -67,6 +68,9 @@ class SandboxState:
 
     @property
     def workspace(self) -> str:
+        override = session_workspace.get()  # the running session's own directory, if it has one
+        if override is not None:
+            return override
         if self._workspace is None:
             self._workspace = os.path.realpath(self._workspace_fn())
         return self._workspace

@@ -94,7 +94,10 @@ class RestrictedRuntime:
             self._spec = _audithook.rules_spec(
                 self.policy.name, self.policy.files, workspace, rules.denied_attrs, rules.denied_prefixes
             )
-        hook_token = _audithook.activate(self._spec)
+        spec = self._spec
+        if spec[2] != workspace:  # a session with its own workspace: same rules, its directory
+            spec = (spec[0], spec[1], workspace, *spec[3:])
+        hook_token = _audithook.activate(spec)
         execution = Execution()
         paths_token = _paths.enter(self.policy.name, workspace)
         return (hook_token, current_execution.set(execution), execution, paths_token)

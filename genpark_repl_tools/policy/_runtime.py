@@ -13,10 +13,11 @@ from collections.abc import Hashable
 from typing import Any, Protocol
 
 from .._models import AuditFinding
+from ._context import session_workspace
 from ._model import Policy
 from ._sleep import interruptible_sleep
 
-__all__ = ["PolicyRuntime", "TrustedRuntime", "interruptible_sleep", "runtime_for"]
+__all__ = ["PolicyRuntime", "TrustedRuntime", "interruptible_sleep", "runtime_for", "session_workspace"]
 
 
 class PolicyRuntime(Protocol):

@@ -89,7 +89,14 @@ async def check_figure(client: ClientSession) -> None:
 def test_tools_state_figures_and_crashes(tmp_path: Path, boundary: str) -> None:
     async def scenario(client: ClientSession) -> None:
         tools = {tool.name for tool in (await client.list_tools()).tools}
-        assert tools == {"run_python", "list_variables", "inspect_variable", "reset_session"}
+        assert tools == {
+            "run_python",
+            "list_variables",
+            "inspect_variable",
+            "reset_session",
+            "list_files",
+            "upload_file",
+        }
 
         # ClientSession validates structured content against each tool's output schema on its own.
         first = await client.call_tool("run_python", {"code": "def double(n):\n    return 2 * n\nbase = 21"})

@@ -28,7 +28,7 @@ from genpark_repl_tools import (
 )
 from genpark_repl_tools.mcp_server import RunOutput, create_server, result_to_mcp
 
-TOOLS = {"run_python", "list_variables", "inspect_variable", "reset_session"}
+TOOLS = {"run_python", "list_variables", "inspect_variable", "reset_session", "list_files", "upload_file"}
 # A real 1x1 PNG, so what a client decodes is an image and not just bytes with a label.
 PNG_1X1 = base64.b64encode(
     bytes.fromhex(
@@ -253,7 +253,8 @@ def test_unknown_tool_is_a_protocol_error_naming_the_tools() -> None:
             await client.call_tool("exec_python", {"code": "1"})
         assert caught.value.code == INVALID_PARAMS
         assert caught.value.message == (
-            "Unknown tool 'exec_python'. Tools: inspect_variable, list_variables, reset_session, run_python."
+            "Unknown tool 'exec_python'. Tools: inspect_variable, list_files, list_variables, reset_session, "
+            "run_python, upload_file."
         )
         assert not (await client.call_tool("run_python", {"code": "1"})).is_error
 

@@ -141,8 +141,8 @@ def test_the_default_workspace_is_a_temporary_directory_per_engine() -> None:
     with ReplEngine(policy="standard") as engine:
         result = ok(engine.run("with open('a.txt', 'w') as f:\n    n = f.write('z')\nn"))
         assert result.value == "1"
-        workspace = engine.boundary._runtime.workspace  # type: ignore[attr-defined]
-        assert os.path.basename(workspace).startswith("genpark-ws-")
+        workspace = engine.boundary.session_workspace("default").path  # type: ignore[union-attr]
+        assert os.path.basename(workspace.parent).startswith("genpark-ws-")  # a directory per session
         assert Path(workspace, "a.txt").read_text() == "z"
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 
 from .tools import (
+    GenparkDownloadTool,
+    GenparkFilesTool,
     GenparkInspectTool,
     GenparkReplTool,
     GenparkReplToolkit,
@@ -25,6 +27,8 @@ from .tools import (
 __version__ = _metadata.version("langchain-genpark-repl")  # the one source is pyproject.toml
 
 __all__ = [
+    "GenparkDownloadTool",
+    "GenparkFilesTool",
     "GenparkInspectTool",
     "GenparkReplTool",
     "GenparkReplToolkit",

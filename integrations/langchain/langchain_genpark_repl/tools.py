@@ -1,4 +1,4 @@
-"""LangChain tools over a genpark-repl-tools engine: run Python, list or inspect its variables.
+"""LangChain tools over a genpark-repl-tools engine: run Python, list or inspect its variables, files.
 
     from genpark_repl_tools import ReplEngine
     from langchain_genpark_repl import GenparkReplToolkit
@@ -8,8 +8,12 @@
     agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "user-42"}})
 
 One LangGraph thread (`configurable.thread_id`) is one engine session: a thread keeps its variables
-across turns, and two threads never share a namespace. What the tools say and do is the core's tool
-layer (`genpark_repl_tools.tools`); these classes only map LangChain's conventions onto it.
+across turns, and two threads never share a namespace. Files: `GenparkReplToolkit(files={"data.csv":
+path})` gives every thread's session its own copy on first use; each run's artifact lists the files it
+wrote (`artifact["files"]`: names and sizes); their bytes come from `engine.download(thread_id, name)`,
+and `include_files=True` adds list_files and download_file for the model.
+What the tools say and do is the core's tool layer (`genpark_repl_tools.tools`); these classes only
+map LangChain's conventions onto it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from genpark_repl_tools import ReplEngine, tools
 from genpark_repl_tools.tools import ToolReply
 
 __all__ = [
+    "GenparkDownloadTool",
+    "GenparkFilesTool",
     "GenparkInspectTool",
     "GenparkReplTool",
     "GenparkReplToolkit",
@@ -77,8 +83,15 @@ class _EngineTool(BaseTool):
         "in tool results; the text still names each figure and the artifact keeps them.",
     )
 
+    files: tools.SessionFiles | None = Field(
+        None, exclude=True, description="Files each session starts with (uploaded on its first use)."
+    )
+
     def _session(self, config: RunnableConfig) -> str:
-        return self.session_resolver(config) or self.default_session
+        session = self.session_resolver(config) or self.default_session
+        if self.files is not None:
+            self.files.seed(self.engine, session)
+        return session
 
     def _reply(self, reply: ToolReply) -> _Reply:
         images: list[str | dict[str, Any]] = [
@@ -191,6 +204,46 @@ class GenparkResetTool(_EngineTool):
         return self._reply(await tools.areset_session(self.engine, self._session(config)))
 
 
+class GenparkFilesTool(_EngineTool):
+    """Lists the files in the current LangGraph thread's session workspace (opt-in:
+    `GenparkReplToolkit(include_files=True)`). Security model: the engine's; the host lists the
+    directory without following links the code made."""
+
+    name: str = tools.LIST_FILES.name
+    description: str = tools.LIST_FILES.description
+    args_schema: type[BaseModel] = _NoArguments
+
+    def _run(self, config: RunnableConfig) -> _Reply:
+        return self._reply(tools.list_files(self.engine, self._session(config)))
+
+    async def _arun(self, config: RunnableConfig) -> _Reply:
+        return self._reply(await tools.alist_files(self.engine, self._session(config)))
+
+
+class GenparkDownloadTool(_EngineTool):
+    """Reads one file of the current thread's session workspace for the model (its text when it is
+    text); the bytes go into the artifact (`content_base64`) only with `include_bytes=True`.
+    Security model: the engine's; names that leave the workspace or name links are refused."""
+
+    name: str = tools.DOWNLOAD_FILE.name
+    description: str = tools.DOWNLOAD_FILE.description
+    args_schema: type[BaseModel] | None = None
+    include_bytes: bool = Field(False, description="Put the file's bytes (base64) into the artifact.")
+
+    def model_post_init(self, context: Any, /) -> None:
+        if self.args_schema is None:
+            self.args_schema = _schema("DownloadFileInput", "name", tools.DOWNLOAD_FILE.arguments["name"])
+
+    def _run(self, name: str, config: RunnableConfig) -> _Reply:
+        session = self._session(config)
+        return self._reply(tools.download_file(self.engine, name, session, include_bytes=self.include_bytes))
+
+    async def _arun(self, name: str, config: RunnableConfig) -> _Reply:
+        session = self._session(config)
+        reply = await tools.adownload_file(self.engine, name, session, include_bytes=self.include_bytes)
+        return self._reply(reply)
+
+
 @lru_cache(maxsize=64)
 def _schema(model: str, argument: str, description: str) -> type[BaseModel]:
     fields: dict[str, Any] = {argument: (str, Field(description=description))}
@@ -209,12 +262,15 @@ class GenparkReplToolkit(BaseToolkit):
     session_resolver: SessionResolver = thread_session
     default_session: str = "default"
     include_reset: bool = False
+    include_files: bool = False  # list_files and download_file for the model
+    files: Any = None  # {name: bytes or host path} or [host paths]: each session's starting files
 
     def get_tools(self) -> list[BaseTool]:
         shared: dict[str, Any] = {
             "engine": self.engine,
             "session_resolver": self.session_resolver,
             "default_session": self.default_session,
+            "files": None if self.files is None else tools.SessionFiles(self.files),
         }
         found: list[BaseTool] = [
             GenparkReplTool(**shared),
@@ -223,4 +279,6 @@ class GenparkReplToolkit(BaseToolkit):
         ]
         if self.include_reset:
             found.append(GenparkResetTool(**shared))
+        if self.include_files:
+            found += [GenparkFilesTool(**shared), GenparkDownloadTool(**shared)]
         return found

@@ -3,6 +3,8 @@ from __future__ import annotations
 import langchain_genpark_repl
 
 EXPECTED_ALL = [
+    "GenparkDownloadTool",
+    "GenparkFilesTool",
     "GenparkInspectTool",
     "GenparkReplTool",
     "GenparkResetTool",

@@ -59,9 +59,27 @@ class GenparkReplToolSpec(BaseToolSpec):
         ("inspect_variable", "ainspect_variable"),
     ]
 
-    def __init__(self, engine: ReplEngine | None = None, *, session: str | None = None) -> None:
+    def __init__(
+        self,
+        engine: ReplEngine | None = None,
+        *,
+        session: str | None = None,
+        files: Any = None,
+        include_files: bool = False,
+    ) -> None:
+        """`files` ({name: bytes or host path}, or [host paths]) are put into each conversation's
+        session the first time it is used; `include_files` adds list_files and download_file. Each
+        run's raw_output lists the files it wrote (`raw_output["files"]`: names and sizes); their
+        bytes come from `engine.download(await spec.session_id(ctx), name)`."""
         self.engine = engine if engine is not None else ReplEngine()
         self.session = session
+        self.files = None if files is None else tools.SessionFiles(files)
+        if include_files:
+            self.spec_functions = [
+                *type(self).spec_functions,
+                ("list_files", "alist_files"),
+                ("download_file", "adownload_file"),
+            ]
         # ctx.store's write lock is an asyncio.Lock; sync callers each run their own loop, so they take
         # turns here instead of contending for it across loops.
         self._sync_lock = threading.Lock()
@@ -114,13 +132,35 @@ class GenparkReplToolSpec(BaseToolSpec):
             await tools.ainspect_variable(self.engine, name, await self.session_id(ctx)), name=name
         )
 
+    def list_files(self, ctx: Context) -> ToolOutput:
+        """List the files in your Python session's working directory (the files you were given and
+        the ones your code wrote), each with its size and type. Code opens them by name."""
+        return _output(tools.list_files(self.engine, self._session_sync(ctx)))
+
+    async def alist_files(self, ctx: Context) -> ToolOutput:
+        """Async twin of `list_files`."""
+        return _output(await tools.alist_files(self.engine, await self.session_id(ctx)))
+
+    def download_file(self, name: str, ctx: Context) -> ToolOutput:
+        """Read one file of your Python session's working directory: its text when it is text.
+
+        Args:
+            name (str): The file's name as list_files shows it, e.g. "clean.csv".
+        """
+        return _output(tools.download_file(self.engine, name, self._session_sync(ctx)), name=name)
+
+    async def adownload_file(self, name: str, ctx: Context) -> ToolOutput:
+        """Async twin of `download_file`."""
+        return _output(await tools.adownload_file(self.engine, name, await self.session_id(ctx)), name=name)
+
     def _description(self, name: str, fn: Callable[..., Any]) -> str:
         # The core's words (one vocabulary in every frontend) after the call's signature. LlamaIndex's
         # default would put the return annotation's dotted path into the prompt.
         sig = inspect.signature(fn)
         params = [p for p in sig.parameters.values() if p.annotation is not Context]
         shown = sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
-        spec = next((t for t in tools.TOOLS if t.name == fn.__name__.removeprefix("a")), None)
+        known = (*tools.TOOLS, *tools.FILE_TOOLS)
+        spec = next((t for t in known if t.name == fn.__name__.removeprefix("a")), None)
         text = spec.describe(self.engine) if spec is not None else inspect.getdoc(fn) or ""
         return f"{name}{shown}\n{text}".strip()
 
@@ -128,6 +168,12 @@ class GenparkReplToolSpec(BaseToolSpec):
 
     async def session_id(self, ctx: Context | None) -> str:
         """The engine session these tools use for `ctx`'s conversation, created on first use."""
+        found = await self._session_id(ctx)
+        if self.files is not None:
+            await asyncio.to_thread(self.files.seed, self.engine, found)
+        return found
+
+    async def _session_id(self, ctx: Context | None) -> str:
         if self.session is not None:
             return self.session
         if ctx is None:
@@ -149,6 +195,8 @@ class GenparkReplToolSpec(BaseToolSpec):
 
     def _session_sync(self, ctx: Context | None) -> str:
         if self.session is not None:
+            if self.files is not None:
+                self.files.seed(self.engine, self.session)
             return self.session
         with self._sync_lock:
             return _run_coroutine(self.session_id(ctx))

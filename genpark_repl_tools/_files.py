@@ -1,0 +1,327 @@
+"""Files in and out of a session: the host's own operations on a session's workspace directory.
+
+Security model: the session's code may have planted anything in its workspace (symlinks to
+`/etc`, FIFOs, device nodes, deep trees). Every host operation starts from a descriptor of the
+workspace directory and walks the name one component at a time with `openat`-style calls
+(`dir_fd=`, `O_NOFOLLOW`, `O_DIRECTORY`), so no symlink, at any depth and whenever it was
+planted, redirects a host read or write outside the workspace. Reads open the final component
+`O_NOFOLLOW | O_NONBLOCK` and accept only a regular file (checked with `fstat` on the opened
+descriptor, so a swap after the check cannot change what is read). Writes go to a fresh temporary
+name (`O_CREAT | O_EXCL`) and are renamed over the target inside the same directory descriptor,
+so a symlink at the target is replaced, never followed. The workspace directory itself is trusted
+(the boundary made it; sandboxed code cannot replace it).
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ._exceptions import FileNotFound, FileQuotaExceeded, UnsafeFileName
+from ._limits import Limits
+from ._models import FileChange, FileInfo
+
+__all__ = ["FileTracker", "WorkspaceDir", "check_name", "list_files", "read_file", "write_file"]
+
+MAX_NAME_CHARS = 1024  # the whole relative name
+MAX_COMPONENT_BYTES = 255  # one path component, as the filesystem counts it
+MAX_DEPTH = 16
+MAX_SCANNED = 10_000  # entries one scan looks at; a larger workspace is reported in part
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+Snapshot = dict[str, tuple[int, int]]  # name -> (size, mtime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceDir:
+    """Where a session's files live on this host, and who must own what the host puts there."""
+
+    path: Path
+    owner: tuple[int, int] | None = None  # (uid, gid) of the worker, when it runs as another user
+
+
+def check_name(name: object) -> list[str]:
+    """The name's components, or UnsafeFileName saying why it is refused."""
+    if not isinstance(name, str):
+        raise UnsafeFileName(f"a file name must be a str, not {type(name).__name__}")
+    shown = repr(name)[:80]
+    if not name:
+        raise UnsafeFileName("a file name must not be empty")
+    if "\x00" in name:
+        raise UnsafeFileName(f"file name {shown} contains a NUL byte")
+    if len(name) > MAX_NAME_CHARS:
+        raise UnsafeFileName(f"file name is {len(name):,} characters long; the limit is {MAX_NAME_CHARS:,}")
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        raise UnsafeFileName(f"file name {shown} is absolute; use a name relative to the workspace")
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts:
+        raise UnsafeFileName(f"file name {shown} names the workspace itself, not a file in it")
+    if ".." in parts:
+        raise UnsafeFileName(f"file name {shown} contains '..'; names must stay inside the workspace")
+    if len(parts) > MAX_DEPTH:
+        raise UnsafeFileName(
+            f"file name {shown} is nested {len(parts)} directories deep; the limit is {MAX_DEPTH}"
+        )
+    for part in parts:
+        if len(part.encode("utf-8", "surrogateescape")) > MAX_COMPONENT_BYTES:
+            raise UnsafeFileName(
+                f"a component of file name {shown} is longer than {MAX_COMPONENT_BYTES} bytes"
+            )
+        if not part.isprintable():
+            raise UnsafeFileName(f"file name {shown} contains control characters")
+    return parts
+
+
+@contextmanager
+def _directory(root: Path, parts: list[str], *, create: bool, owner: tuple[int, int] | None) -> Iterator[int]:
+    """A descriptor of the directory holding `parts[-1]`, walked without following any symlink."""
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        if not create:
+            raise FileNotFound("the session has no files yet") from None
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if owner is not None:
+            os.chown(root, *owner)
+        fd = os.open(root, _DIR_FLAGS)
+    try:
+        for i, part in enumerate(parts[:-1]):
+            shown = "/".join(parts[: i + 1])
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise FileNotFound(f"no directory '{shown}' in the workspace") from None
+                os.mkdir(part, 0o700, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                if owner is not None:
+                    os.fchown(child, *owner)
+            except OSError as exc:  # ELOOP: a symlink; ENOTDIR: a file
+                raise UnsafeFileName(
+                    f"'{shown}' is not a directory of the workspace (a symlink or a file)"
+                ) from exc
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _entry(fd: int, name: str, shown: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _refuse_special(st: os.stat_result, shown: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeFileName(
+            f"'{shown}' is a symlink; only regular files in the workspace are read or replaced"
+        )
+    if stat.S_ISDIR(st.st_mode):
+        raise UnsafeFileName(f"'{shown}' is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafeFileName(f"'{shown}' is not a regular file (a device, FIFO or socket)")
+
+
+def read_file(ws: WorkspaceDir, name: str, max_bytes: int) -> bytes:
+    parts = check_name(name)
+    shown = "/".join(parts)
+    with _directory(ws.path, parts, create=False, owner=None) as dfd:
+        try:
+            fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dfd)
+        except FileNotFoundError:
+            raise FileNotFound(f"no file '{shown}' in the workspace") from None
+        except OSError as exc:  # ELOOP: the last component is a symlink
+            st = _entry(dfd, parts[-1], shown)
+            if st is not None:
+                _refuse_special(st, shown)
+            raise UnsafeFileName(f"'{shown}' cannot be read: {exc.strerror}") from exc
+        try:
+            st = os.fstat(fd)
+            _refuse_special(st, shown)
+            if st.st_size > max_bytes:
+                raise FileQuotaExceeded(
+                    f"'{shown}' has {st.st_size:,} bytes; the download limit is {max_bytes:,} bytes"
+                )
+            chunks = []
+            total = 0
+            while chunk := os.read(fd, 1 << 20):
+                total += len(chunk)
+                if total > max_bytes:  # grew while being read
+                    raise FileQuotaExceeded(
+                        f"'{shown}' is larger than the download limit of {max_bytes:,} bytes"
+                    )
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+
+def write_file(ws: WorkspaceDir, name: str, data: bytes, limits: Limits) -> FileInfo:
+    parts = check_name(name)
+    shown = "/".join(parts)
+    if len(data) > limits.max_upload_bytes:
+        raise FileQuotaExceeded(
+            f"'{shown}' has {len(data):,} bytes; the per-file limit is {limits.max_upload_bytes:,} bytes"
+        )
+    used = sum(size for size, _ in scan(ws.path).values()) if ws.path.exists() else 0
+    with _directory(ws.path, parts, create=True, owner=ws.owner) as dfd:
+        old = _entry(dfd, parts[-1], shown)
+        if old is not None:
+            _refuse_special(old, shown)
+            used -= old.st_size
+        if used + len(data) > limits.max_workspace_bytes:
+            raise FileQuotaExceeded(
+                f"uploading '{shown}' ({len(data):,} bytes) would fill the workspace past its quota "
+                f"of {limits.max_workspace_bytes:,} bytes ({used:,} used)"
+            )
+        tmp = f".upload-{secrets.token_hex(6)}.part"
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd
+        )
+        try:
+            try:
+                if ws.owner is not None:
+                    os.fchown(fd, *ws.owner)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            # rename() replaces a symlink planted at the name (it never follows it).
+            os.replace(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+    return _info(shown, st)
+
+
+def delete_file(ws: WorkspaceDir, name: str) -> None:
+    parts = check_name(name)
+    shown = "/".join(parts)
+    with _directory(ws.path, parts, create=False, owner=None) as dfd:
+        st = _entry(dfd, parts[-1], shown)
+        if st is None:
+            raise FileNotFound(f"no file '{shown}' in the workspace")
+        if stat.S_ISDIR(st.st_mode):
+            raise UnsafeFileName(f"'{shown}' is a directory; delete the files in it")
+        os.unlink(parts[-1], dir_fd=dfd)  # unlink removes a symlink itself, never its target
+
+
+def _info(name: str, st: os.stat_result) -> FileInfo:
+    return FileInfo(
+        name=name,
+        size=st.st_size,
+        modified=datetime.fromtimestamp(st.st_mtime, tz=timezone.utc),
+        type=mimetypes.guess_type(name)[0] or "application/octet-stream",
+    )
+
+
+def _walk(path: Path | str) -> Iterator[tuple[str, os.stat_result]]:
+    """Regular files under `path` (symlinks, devices and FIFOs are skipped, never followed)."""
+    seen = 0
+    try:
+        walker = os.fwalk(path, follow_symlinks=False)
+        for dirpath, dirnames, filenames, dirfd in walker:
+            rel = os.path.relpath(dirpath, path)
+            prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            if prefix.count("/") >= MAX_DEPTH:
+                dirnames.clear()
+            for filename in filenames:
+                seen += 1
+                if seen > MAX_SCANNED:
+                    return
+                try:
+                    st = os.stat(filename, dir_fd=dirfd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and not filename.endswith(".part"):
+                    yield prefix + filename, st
+    except OSError:
+        return
+
+
+def scan(path: Path | str) -> Snapshot:
+    return {name: (st.st_size, st.st_mtime_ns) for name, st in _walk(path)}
+
+
+def list_files(ws: WorkspaceDir) -> list[FileInfo]:
+    if not ws.path.exists():
+        return []
+    return sorted((_info(name, st) for name, st in _walk(ws.path)), key=lambda f: f.name)
+
+
+def diff(before: Snapshot, after: Snapshot) -> list[FileChange]:
+    changes: list[FileChange] = []
+    for name, (size, mtime) in after.items():
+        old = before.get(name)
+        if old is None:
+            changes.append(FileChange(name=name, change="created", size=size))
+        elif old != (size, mtime):
+            changes.append(FileChange(name=name, change="modified", size=size))
+    changes.extend(FileChange(name=name, change="deleted") for name in before.keys() - after.keys())
+    return sorted(changes, key=lambda c: c.name)
+
+
+class FileTracker:
+    """What each session's workspace held after its last result, to report what a run changed.
+
+    Cost for a session that never had files: one `stat` of its workspace directory per run (its
+    modification time changes when an entry is added or removed). Once a file is there, the
+    workspace is scanned after each run (bounded by MAX_SCANNED entries).
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, Snapshot] = {}  # sessions with files: their last scan
+        self._empty: dict[str, int] = {}  # sessions without: their directory's mtime_ns
+
+    def changes(self, session: str, path: Path | str | None) -> list[FileChange]:
+        if path is None:
+            return []
+        before = self._known.get(session)
+        if before is None:
+            try:
+                mtime = os.stat(path).st_mtime_ns
+            except OSError:
+                return []
+            if self._empty.get(session) == mtime:
+                return []
+            self._empty[session] = mtime
+            before = {}
+        after = scan(path)
+        if after:
+            self._known[session] = after
+            self._empty.pop(session, None)
+        else:
+            self._known.pop(session, None)
+        return diff(before, after)
+
+    def refresh(self, session: str, path: Path) -> None:
+        """After a host operation: what the host did is not the next run's change."""
+        after = scan(path)
+        if after:
+            self._known[session] = after
+            self._empty.pop(session, None)
+        else:
+            self._known.pop(session, None)
+            try:
+                self._empty[session] = os.stat(path).st_mtime_ns
+            except OSError:
+                self._empty.pop(session, None)
+
+    def forget(self, session: str) -> None:
+        self._known.pop(session, None)
+        self._empty.pop(session, None)
