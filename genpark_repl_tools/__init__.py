@@ -37,6 +37,7 @@ from ._models import (
     VariableInfo,
 )
 from ._observation import render_variables
+from ._stream import FigureEvent, OutputEvent, ResultEvent, StreamEvent
 from .boundaries import InProcessBoundary, MockBoundary
 from .policy import Policy
 
@@ -57,13 +58,16 @@ __all__ = [
     "ErrorInfo",
     "ExecutionRequest",
     "ExecutionResult",
+    "FigureEvent",
     "InProcessBoundary",
     "Limits",
     "MissingDependency",
     "MockBoundary",
+    "OutputEvent",
     "Policy",
     "ReplEngine",
     "ReplError",
+    "ResultEvent",
     "SQLiteStore",
     "SessionBusy",
     "SessionNotFound",
@@ -78,6 +82,7 @@ __all__ = [
     "SnapshotVariable",
     "Status",
     "StoreError",
+    "StreamEvent",
     "VariableChanges",
     "VariableInfo",
     "VariableNotFound",

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
+import threading
+from collections.abc import AsyncGenerator, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +17,7 @@ from ._exceptions import EngineClosed, SessionNotFound
 from ._limits import Limits
 from ._models import AuditReport, ErrorInfo, ExecutionResult, SessionRestore, VariableInfo
 from ._observer import EventSink, Observer
+from ._stream import Channel, StreamEvent, final_events
 from .policy import Policy, runtime_for
 
 if TYPE_CHECKING:
@@ -144,6 +148,103 @@ class ReplEngine:
         except asyncio.CancelledError:
             self.cancel(request)
             raise
+
+    def stream(
+        self,
+        code: str,
+        session: str = "default",
+        *,
+        timeout_s: float | None = None,
+        call_id: str | None = None,
+    ) -> Generator[StreamEvent, None, None]:
+        """Run `code` and yield what happens as it happens: `OutputEvent`s (stdout/stderr text, in
+        order), then `FigureEvent`s, then one `ResultEvent` with the `ExecutionResult`.
+
+        The output events carry the text the result holds (same cleaning, same bounds; a `\r`
+        restarts the line). Leaving the loop early (`break`, `close()`, garbage collection) cancels
+        the call: the code is interrupted and the session keeps its variables.
+        """
+        request = self._prepare(code, session, timeout_s)
+        if isinstance(request, ExecutionResult):
+            yield from final_events(request)
+            return
+        ready = threading.Event()
+        channel = Channel(ready.set)
+        finished = False
+        self._start_streamed(request, call_id, channel)
+        try:
+            while True:
+                ready.wait()
+                ready.clear()
+                events, outcome = channel.take()
+                yield from events
+                if outcome is not None:
+                    finished = True
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    yield from final_events(outcome)
+                    return
+        finally:
+            if not finished:
+                self.cancel(request)
+
+    async def astream(
+        self,
+        code: str,
+        session: str = "default",
+        *,
+        timeout_s: float | None = None,
+        call_id: str | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """`stream` for asyncio: the same events, without blocking the event loop.
+
+        Cancelling the consuming task or closing the iterator (`aclose()`) cancels the call.
+        """
+        request = self._prepare(code, session, timeout_s)
+        if isinstance(request, ExecutionResult):
+            for event in final_events(request):
+                yield event
+            return
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
+                loop.call_soon_threadsafe(ready.set)
+
+        channel = Channel(wake)
+        finished = False
+        self._start_streamed(request, call_id, channel)
+        try:
+            while True:
+                await ready.wait()
+                ready.clear()
+                events, outcome = channel.take()
+                for chunk in events:
+                    yield chunk
+                if outcome is not None:
+                    finished = True
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    for event in final_events(outcome):
+                        yield event
+                    return
+        finally:
+            if not finished:
+                self.cancel(request)
+
+    def _start_streamed(self, request: ExecutionRequest, call_id: str | None, channel: Channel) -> None:
+        request.on_output = channel.put
+        context = contextvars.copy_context()  # the caller's span, as with arun
+
+        def work() -> None:
+            try:
+                outcome: ExecutionResult | BaseException = context.run(self._observed, request, call_id)
+            except BaseException as exc:  # handed to the consumer, raised there
+                outcome = exc
+            channel.finish(outcome)
+
+        threading.Thread(target=work, name="genpark-repl-stream", daemon=True).start()
 
     def _prepare(
         self, code: str, session: str, timeout_s: float | None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
+from .._capture import StreamingCapture
 from .._compile import compile_cell
 from .._limits import Limits
 from .._models import ExecutionResult, VariableInfo
@@ -57,7 +59,10 @@ class InProcessBoundary(BaseBoundary):
                 return cancelled_before_start(request, self.policy.name, self.name, session.execution_count)
             self._running[request.session] = request
             try:
-                return run_cell(session, cell, self._runtime, limits, self.name)
+                if request.on_output is None:
+                    return run_cell(session, cell, self._runtime, limits, self.name)
+                streaming = functools.partial(StreamingCapture, on_output=request.on_output)
+                return run_cell(session, cell, self._runtime, limits, self.name, streaming)
             finally:
                 self._running.pop(request.session, None)
                 session.cancel_pending = False
