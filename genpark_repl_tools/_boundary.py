@@ -32,16 +32,17 @@ class ExecutionRequest:
     call's identity: `cancelled` is set by whoever cancels the call (`ReplEngine.arun` when its task
     is cancelled); a boundary that has not started it yet runs nothing.
 
-    `on_output(stream_name, text)`, when set (`ReplEngine.stream`), is called with the call's
-    stdout/stderr text as it is written, within the output bounds, from whatever thread captures it;
-    it must be quick and must not raise.
+    `on_output((stream_name, text))`, when set (`ReplEngine.stream`), is called with the call's
+    stdout/stderr text as it is written, within the output bounds, from whatever thread captures it
+    (one tuple, so a `deque.append` can take it without a Python frame); it must be quick and must
+    not raise.
     """
 
     code: str
     session: str = "default"
     timeout_s: float | None = None  # overrides Limits.timeout_s for this call
     cancelled: bool = False
-    on_output: Callable[[str, str], object] | None = None
+    on_output: Callable[[tuple[str, str]], object] | None = None
 
 
 def cancelled_before_start(

@@ -23,7 +23,6 @@ its bounds: what `ReplEngine.stream` yields is the text the result will hold.
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 import sys
@@ -193,33 +192,61 @@ class Capture:
 
 
 class StreamingText(BoundedText):
-    """A `BoundedText` that also hands each write to `emit` while the text is within its bounds.
+    """A `BoundedText` that also hands each write to `emit` as `(name, text)` while the text is
+    within its bounds (past them the stream goes quiet; the result keeps head and tail).
 
-    Past the bounds the stream goes quiet (the result keeps head and tail). `emit` must not raise;
-    if it does, the error is dropped: a consumer that fails never breaks the code that printed.
+    `emit` is called on the thread that writes, for every `print()` argument: it must be quick and
+    must not raise. `ReplEngine.stream` passes a `deque.append`, which costs no Python frame.
     """
 
-    __slots__ = ("_emit",)
+    __slots__ = ("_emit", "_name")
 
-    def __init__(self, limit: int, emit: Callable[[str], object]) -> None:
+    def __init__(self, limit: int, emit: Callable[[tuple[str, str]], object], name: str = "stdout") -> None:
         super().__init__(limit)
         self._emit = emit
+        self._name = name
 
     def write(self, text: str) -> None:
-        super().write(text)
-        if text and self.total <= self._head_limit + self._tail_limit:
-            with suppress(Exception):  # see the class docstring
-                self._emit(text)
+        # BoundedText.write inlined, not called: a frame per print() argument is the streaming cost
+        # that matters (sandboxed code pays more per Python call).
+        before = self.total
+        if self._cr or "\r" in text:
+            self._write_returns(text)
+        else:
+            n = len(text)
+            if not n:
+                return
+            self.total += n
+            room = self._head_limit - self._head_len
+            if room > 0:
+                part = text[:room]
+                self._head.append(part)
+                self._head_len += len(part)
+                rest = text[room:]
+            else:
+                rest = text
+            if rest:
+                self._tail.append(rest)
+                self._tail_len += len(rest)
+                if self._tail_len > 2 * self._tail_limit:
+                    joined = "".join(self._tail)[-self._tail_limit :]
+                    self._tail = [joined]
+                    self._tail_len = len(joined)
+        bound = self._head_limit + self._tail_limit
+        if self.total <= bound:
+            self._emit((self._name, text))
+        elif before < bound:  # the write that crosses the bound: its part within it
+            self._emit((self._name, text[: bound - before]))
 
 
 class StreamingCapture:
-    """The buffers of one streamed execution: `on_output(stream_name, text)` sees every write."""
+    """The buffers of one streamed execution: `on_output((stream_name, text))` sees every write."""
 
     __slots__ = ("stderr", "stdout")
 
-    def __init__(self, limit: int, on_output: Callable[[str, str], object]) -> None:
-        self.stdout = StreamingText(limit, functools.partial(on_output, "stdout"))
-        self.stderr = StreamingText(limit, functools.partial(on_output, "stderr"))
+    def __init__(self, limit: int, on_output: Callable[[tuple[str, str]], object]) -> None:
+        self.stdout = StreamingText(limit, on_output, "stdout")
+        self.stderr = StreamingText(limit, on_output, "stderr")
 
 
 def squash_returns(text: str) -> str:

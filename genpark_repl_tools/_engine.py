@@ -17,7 +17,7 @@ from ._exceptions import EngineClosed, SessionNotFound
 from ._limits import Limits
 from ._models import AuditReport, ErrorInfo, ExecutionResult, SessionRestore, VariableInfo
 from ._observer import EventSink, Observer
-from ._stream import Channel, StreamEvent, final_events
+from ._stream import POLL_S, WORKERS, Channel, StreamEvent, final_events
 from .policy import Policy, runtime_for
 
 if TYPE_CHECKING:
@@ -168,14 +168,13 @@ class ReplEngine:
         if isinstance(request, ExecutionResult):
             yield from final_events(request)
             return
-        ready = threading.Event()
-        channel = Channel(ready.set)
+        ended = threading.Event()
+        channel = Channel(ended.set)
         finished = False
         self._start_streamed(request, call_id, channel)
         try:
             while True:
-                ready.wait()
-                ready.clear()
+                ended.wait(POLL_S)
                 events, outcome = channel.take()
                 yield from events
                 if outcome is not None:
@@ -206,19 +205,19 @@ class ReplEngine:
                 yield event
             return
         loop = asyncio.get_running_loop()
-        ready = asyncio.Event()
+        ended = asyncio.Event()
 
         def wake() -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
-                loop.call_soon_threadsafe(ready.set)
+                loop.call_soon_threadsafe(ended.set)
 
         channel = Channel(wake)
         finished = False
+        waiter = asyncio.ensure_future(ended.wait())
         self._start_streamed(request, call_id, channel)
         try:
             while True:
-                await ready.wait()
-                ready.clear()
+                await asyncio.wait({waiter}, timeout=POLL_S)
                 events, outcome = channel.take()
                 for chunk in events:
                     yield chunk
@@ -230,6 +229,7 @@ class ReplEngine:
                         yield event
                     return
         finally:
+            waiter.cancel()
             if not finished:
                 self.cancel(request)
 
@@ -244,7 +244,7 @@ class ReplEngine:
                 outcome = exc
             channel.finish(outcome)
 
-        threading.Thread(target=work, name="genpark-repl-stream", daemon=True).start()
+        WORKERS.submit(work)
 
     def _prepare(
         self, code: str, session: str, timeout_s: float | None

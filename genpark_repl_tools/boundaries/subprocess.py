@@ -8,7 +8,6 @@ See docs/subprocess.md for how it works, what is enforced where, and the limits 
 
 from __future__ import annotations
 
-import functools
 import shutil
 import signal
 import threading
@@ -291,9 +290,8 @@ class SubprocessBoundary(BaseBoundary):
                     "its worker; files in its workspace are kept."
                 )
             worker = self._start_worker(state, restarted=state.lost is not None)
-        emit = request.on_output
-        out = OutputSink(limits.max_output_chars, emit and functools.partial(emit, "stdout"))
-        err = OutputSink(limits.max_output_chars, emit and functools.partial(emit, "stderr"))
+        out = OutputSink(limits.max_output_chars, request.on_output, "stdout")
+        err = OutputSink(limits.max_output_chars, request.on_output, "stderr")
         rid = worker.send_json(P.EXEC, {"code": request.code, "timeout_s": timeout})
         state.running = request
         try:
