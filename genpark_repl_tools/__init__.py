@@ -44,6 +44,7 @@ from ._models import (
     VariableInfo,
 )
 from ._observation import render_variables
+from ._stream import FigureEvent, OutputEvent, ResultEvent, StreamEvent
 from .boundaries import InProcessBoundary, MockBoundary
 from .policy import Policy
 
@@ -64,6 +65,7 @@ __all__ = [
     "ErrorInfo",
     "ExecutionRequest",
     "ExecutionResult",
+    "FigureEvent",
     "FileChange",
     "FileError",
     "FileInfo",
@@ -74,9 +76,11 @@ __all__ = [
     "Limits",
     "MissingDependency",
     "MockBoundary",
+    "OutputEvent",
     "Policy",
     "ReplEngine",
     "ReplError",
+    "ResultEvent",
     "SQLiteStore",
     "SessionBusy",
     "SessionNotFound",
@@ -91,6 +95,7 @@ __all__ = [
     "SnapshotVariable",
     "Status",
     "StoreError",
+    "StreamEvent",
     "UnsafeFileName",
     "VariableChanges",
     "VariableInfo",

@@ -11,6 +11,7 @@ The boundaries themselves live in `genpark_repl_tools.boundaries`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +35,18 @@ class ExecutionRequest:
     than a trivial execution) from arguments `ReplEngine.run` has already checked. It is also the
     call's identity: `cancelled` is set by whoever cancels the call (`ReplEngine.arun` when its task
     is cancelled); a boundary that has not started it yet runs nothing.
+
+    `on_output((stream_name, text))`, when set (`ReplEngine.stream`), is called with the call's
+    stdout/stderr text as it is written, within the output bounds, from whatever thread captures it
+    (one tuple, so a `deque.append` can take it without a Python frame); it must be quick and must
+    not raise.
     """
 
     code: str
     session: str = "default"
     timeout_s: float | None = None  # overrides Limits.timeout_s for this call
     cancelled: bool = False
+    on_output: Callable[[tuple[str, str]], object] | None = None
 
 
 def cancelled_before_start(

@@ -13,6 +13,12 @@ threads), so their output goes to the host's stream; asyncio tasks do inherit it
 Captured text follows one rule on every boundary (_text): lone surrogates and bytes that are not
 UTF-8 (`sys.stdout.buffer.write`) become backslash escapes as they are written, so the bounds
 count the same characters the subprocess boundary's host counts.
+
+A carriage return that does not end a line (`\r` not followed by `\n`) restarts the line, as on a
+terminal: the next text replaces what the line held, so a progress bar (tqdm) redrawn 10,000 times
+leaves its latest state, not 10,000 copies (`BoundedText`; the subprocess host decodes its pipes
+into the same class). `StreamingText` also hands each write to a callback while the text is within
+its bounds: what `ReplEngine.stream` yields is the text the result will hold.
 """
 
 from __future__ import annotations
@@ -21,14 +27,24 @@ import io
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from typing import Any, BinaryIO, Protocol, TextIO
 
 from ._text import BYTES_ERRORS, clean
 
-__all__ = ["BoundedText", "Capture", "OutputCapture", "TextSink", "capturing", "reserved_stdout"]
+__all__ = [
+    "BoundedText",
+    "Capture",
+    "OutputCapture",
+    "StreamingCapture",
+    "StreamingText",
+    "TextSink",
+    "capturing",
+    "reserved_stdout",
+    "squash_returns",
+]
 
 
 class TextSink(Protocol):
@@ -53,9 +69,12 @@ class OutputCapture(Protocol):
 
 
 class BoundedText:
-    """Text kept as head + tail within `limit` characters, however much is written."""
+    """Text kept as head + tail within `limit` characters, however much is written.
 
-    __slots__ = ("_head", "_head_len", "_head_limit", "_tail", "_tail_len", "_tail_limit", "total")
+    A `\r` that does not end a line restarts the line: the next text erases it (see the module doc).
+    """
+
+    __slots__ = ("_cr", "_head", "_head_len", "_head_limit", "_tail", "_tail_len", "_tail_limit", "total")
 
     def __init__(self, limit: int) -> None:
         self._head_limit = limit // 2
@@ -65,8 +84,13 @@ class BoundedText:
         self._tail: list[str] = []
         self._tail_len = 0
         self.total = 0
+        self._cr = False  # the last text ended with a \r: the line restarts unless \n follows
 
     def write(self, text: str) -> None:
+        if self._cr or "\r" in text:  # one C-level scan: plain printing pays nothing more
+            self._write_returns(text)
+            return
+        # The body of _append, inlined: this runs once per print() argument.
         n = len(text)
         if not n:
             return
@@ -86,6 +110,62 @@ class BoundedText:
             joined = "".join(self._tail)[-self._tail_limit :]
             self._tail = [joined]
             self._tail_len = len(joined)
+
+    def _append(self, text: str) -> None:
+        n = len(text)
+        if not n:
+            return
+        self.total += n
+        room = self._head_limit - self._head_len
+        if room > 0:
+            part = text[:room]
+            self._head.append(part)
+            self._head_len += len(part)
+            text = text[room:]
+            if not text:
+                return
+        self._tail.append(text)
+        self._tail_len += len(text)
+        if self._tail_len > 2 * self._tail_limit:
+            # Compact: memory stays within a small multiple of the limit while a cell prints forever.
+            joined = "".join(self._tail)[-self._tail_limit :]
+            self._tail = [joined]
+            self._tail_len = len(joined)
+
+    def _write_returns(self, text: str) -> None:
+        for i, part in enumerate(text.split("\r")):
+            if i:
+                self._cr = True
+            if not part:
+                continue
+            if self._cr:
+                self._cr = False
+                if part[0] == "\n":
+                    self._append("\r")  # CRLF: a line end, kept as written
+                else:
+                    self._erase_line()
+            self._append(part)
+
+    def _erase_line(self) -> None:
+        """Drop the text after the last newline (a line longer than the omitted middle: its tail)."""
+        erased = 0
+        for pieces, is_tail in ((self._tail, True), (self._head, False)):
+            if not is_tail and self.total - erased > self._head_len:
+                break  # the line began in the omitted middle: what is left of it is not ours to see
+            while pieces:
+                piece = pieces[-1]
+                cut = piece.rfind("\n") + 1
+                erased += len(piece) - cut
+                if is_tail:
+                    self._tail_len -= len(piece) - cut
+                else:
+                    self._head_len -= len(piece) - cut
+                if cut:
+                    pieces[-1] = piece[:cut]
+                    self.total -= erased
+                    return
+                pieces.pop()
+        self.total -= erased
 
     @property
     def truncated(self) -> bool:
@@ -109,6 +189,80 @@ class Capture:
     def __init__(self, limit: int) -> None:
         self.stdout = BoundedText(limit)
         self.stderr = BoundedText(limit)
+
+
+class StreamingText(BoundedText):
+    """A `BoundedText` that also hands each write to `emit` as `(name, text)` while the text is
+    within its bounds (past them the stream goes quiet; the result keeps head and tail).
+
+    `emit` is called on the thread that writes, for every `print()` argument: it must be quick and
+    must not raise. `ReplEngine.stream` passes a `deque.append`, which costs no Python frame.
+    """
+
+    __slots__ = ("_emit", "_name")
+
+    def __init__(self, limit: int, emit: Callable[[tuple[str, str]], object], name: str = "stdout") -> None:
+        super().__init__(limit)
+        self._emit = emit
+        self._name = name
+
+    def write(self, text: str) -> None:
+        # BoundedText.write inlined, not called: a frame per print() argument is the streaming cost
+        # that matters (sandboxed code pays more per Python call).
+        before = self.total
+        if self._cr or "\r" in text:
+            self._write_returns(text)
+        else:
+            n = len(text)
+            if not n:
+                return
+            self.total += n
+            room = self._head_limit - self._head_len
+            if room > 0:
+                part = text[:room]
+                self._head.append(part)
+                self._head_len += len(part)
+                rest = text[room:]
+            else:
+                rest = text
+            if rest:
+                self._tail.append(rest)
+                self._tail_len += len(rest)
+                if self._tail_len > 2 * self._tail_limit:
+                    joined = "".join(self._tail)[-self._tail_limit :]
+                    self._tail = [joined]
+                    self._tail_len = len(joined)
+        bound = self._head_limit + self._tail_limit
+        if self.total <= bound:
+            self._emit((self._name, text))
+        elif before < bound:  # the write that crosses the bound: its part within it
+            self._emit((self._name, text[: bound - before]))
+
+
+class StreamingCapture:
+    """The buffers of one streamed execution: `on_output((stream_name, text))` sees every write."""
+
+    __slots__ = ("stderr", "stdout")
+
+    def __init__(self, limit: int, on_output: Callable[[tuple[str, str]], object]) -> None:
+        self.stdout = StreamingText(limit, on_output, "stdout")
+        self.stderr = StreamingText(limit, on_output, "stderr")
+
+
+def squash_returns(text: str) -> str:
+    """Each line's text before its last restarting `\r` dropped: `'a\rb\rc'` -> `'\rc'`.
+
+    Writing the result into a `BoundedText` gives what writing `text` would: for stream consumers,
+    which then see a progress bar's latest state instead of every redraw.
+    """
+    if "\r" not in text:
+        return text
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        cut = line.rstrip("\r").rfind("\r")
+        if cut > 0:
+            lines[i] = line[cut:]
+    return "\n".join(lines)
 
 
 _current: ContextVar[OutputCapture | None] = ContextVar("genpark_repl_capture", default=None)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
+import threading
+from collections.abc import AsyncGenerator, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +18,7 @@ from ._files import FileTracker, WorkspaceDir
 from ._limits import Limits
 from ._models import AuditReport, ErrorInfo, ExecutionResult, FileInfo, SessionRestore, VariableInfo
 from ._observer import EventSink, Observer
+from ._stream import POLL_S, WORKERS, Channel, StreamEvent, final_events
 from .policy import Policy, runtime_for
 
 if TYPE_CHECKING:
@@ -148,6 +152,103 @@ class ReplEngine:
         except asyncio.CancelledError:
             self.cancel(request)
             raise
+
+    def stream(
+        self,
+        code: str,
+        session: str = "default",
+        *,
+        timeout_s: float | None = None,
+        call_id: str | None = None,
+    ) -> Generator[StreamEvent, None, None]:
+        """Run `code` and yield what happens as it happens: `OutputEvent`s (stdout/stderr text, in
+        order), then `FigureEvent`s, then one `ResultEvent` with the `ExecutionResult`.
+
+        The output events carry the text the result holds (same cleaning, same bounds; a `\r`
+        restarts the line). Leaving the loop early (`break`, `close()`, garbage collection) cancels
+        the call: the code is interrupted and the session keeps its variables.
+        """
+        request = self._prepare(code, session, timeout_s)
+        if isinstance(request, ExecutionResult):
+            yield from final_events(request)
+            return
+        ended = threading.Event()
+        channel = Channel(ended.set)
+        finished = False
+        self._start_streamed(request, call_id, channel)
+        try:
+            while True:
+                ended.wait(POLL_S)
+                events, outcome = channel.take()
+                yield from events
+                if outcome is not None:
+                    finished = True
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    yield from final_events(outcome)
+                    return
+        finally:
+            if not finished:
+                self.cancel(request)
+
+    async def astream(
+        self,
+        code: str,
+        session: str = "default",
+        *,
+        timeout_s: float | None = None,
+        call_id: str | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """`stream` for asyncio: the same events, without blocking the event loop.
+
+        Cancelling the consuming task or closing the iterator (`aclose()`) cancels the call.
+        """
+        request = self._prepare(code, session, timeout_s)
+        if isinstance(request, ExecutionResult):
+            for event in final_events(request):
+                yield event
+            return
+        loop = asyncio.get_running_loop()
+        ended = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
+                loop.call_soon_threadsafe(ended.set)
+
+        channel = Channel(wake)
+        finished = False
+        waiter = asyncio.ensure_future(ended.wait())
+        self._start_streamed(request, call_id, channel)
+        try:
+            while True:
+                await asyncio.wait({waiter}, timeout=POLL_S)
+                events, outcome = channel.take()
+                for chunk in events:
+                    yield chunk
+                if outcome is not None:
+                    finished = True
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    for event in final_events(outcome):
+                        yield event
+                    return
+        finally:
+            waiter.cancel()
+            if not finished:
+                self.cancel(request)
+
+    def _start_streamed(self, request: ExecutionRequest, call_id: str | None, channel: Channel) -> None:
+        request.on_output = channel.put
+        context = contextvars.copy_context()  # the caller's span, as with arun
+
+        def work() -> None:
+            try:
+                outcome: ExecutionResult | BaseException = context.run(self._observed, request, call_id)
+            except BaseException as exc:  # handed to the consumer, raised there
+                outcome = exc
+            channel.finish(outcome)
+
+        WORKERS.submit(work)
 
     def _prepare(
         self, code: str, session: str, timeout_s: float | None

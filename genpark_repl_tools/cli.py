@@ -40,6 +40,8 @@ from ._engine import DEFAULT_POLICY, ReplEngine
 from ._exceptions import MissingDependency, ReplError
 from ._limits import Limits
 from ._models import ExecutionResult
+from ._stream import OutputEvent
+from ._text import escape_controls
 from .policy import Policy
 from .tools import ToolReply
 
@@ -852,6 +854,7 @@ def repl(
     shown; otherwise lines come from `stdin` silently, so the REPL can be driven by a pipe.
     """
     state = _ReplState(engine, stdout, json_output, figures_dir, switch_policy)
+    state.live = interactive and not json_output  # a person watches: print output as it comes
     if interactive:
         state.say(
             f"{_PROG}: policy '{engine.policy.name}', {engine.boundary.name} boundary, "
@@ -936,17 +939,27 @@ class _ReplState:
         self.json_output = json_output
         self.figures_dir = figures_dir
         self.switch_policy = switch_policy
+        self.live = False
+        self._shown = ""  # the output printed live during the current call (its last characters)
 
     def say(self, text: str) -> None:
         self.stdout.write(text + "\n")
         self.stdout.flush()
 
     def run(self, source: str) -> None:
+        self._shown = ""
         try:
-            reply = tools.run_python(self.engine, source, _REPL_SESSION)
+            reply = tools.run_python(self.engine, source, _REPL_SESSION, self._show if self.live else None)
         except KeyboardInterrupt:
-            self.say("KeyboardInterrupt")
+            self.say("\nKeyboardInterrupt" if self._shown[-1:] not in ("", "\n") else "KeyboardInterrupt")
             return
+        result = reply.result
+        if self._shown and result is not None and not (result.stdout_truncated or result.stderr_truncated):
+            if not self._shown.endswith("\n"):
+                self.stdout.write("\n")
+            # The output is on the screen already: the reply says the rest (value, error, changes).
+            quiet = result.model_copy(update={"stdout": "", "stderr": ""})
+            reply = tools.run_reply(quiet, reply.session, self.engine.limits.max_observation_chars)
         self.say(_render(reply, self.json_output))
         result = reply.result
         if self.figures_dir is not None and result is not None:
@@ -955,6 +968,13 @@ class _ReplState:
                     self.say(f"Saved figure: {path}")
             except OSError as exc:
                 self.say(f"Cannot save figures: {exc}")
+
+    def _show(self, event: Any) -> None:
+        if isinstance(event, OutputEvent) and event.text:
+            # Control characters escaped as in an observation; a \r stays one, so a progress bar redraws.
+            self.stdout.write("\r".join(escape_controls(part) for part in event.text.split("\r")))
+            self.stdout.flush()
+            self._shown = (self._shown + event.text)[-2:]
 
     def command(self, line: str) -> bool:
         """Run a `:command`; False means leave the REPL."""

@@ -35,6 +35,7 @@ from . import tools
 from ._engine import ReplEngine
 from ._exceptions import MissingDependency, ReplError
 from ._models import ExecutionResult, FileInfo, VariableInfo
+from ._stream import FigureEvent, OutputEvent
 from .tools import ToolReply
 
 
@@ -104,6 +105,7 @@ __all__ = [
 SERVER_NAME = "genpark-repl"
 
 _ISSUED_KEPT = 100_000  # remembered session ids; the oldest are forgotten first
+_PROGRESS_CHARS = 2000  # the tail of an output chunk a progress message carries
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
@@ -271,6 +273,7 @@ class _ReplTools:
         self,
         code: Annotated[str, _CODE],
         session_id: Annotated[str | None, _NEW_OR_OLD_SESSION] = None,
+        ctx: Context | None = None,  # bare: the SDK finds the parameter by its class
     ) -> Annotated[CallToolResult, RunOutput]:
         new_session = session_id is None
         client = _CLIENT.get()
@@ -286,7 +289,7 @@ class _ReplTools:
         try:
             if new_session:
                 await self._check_session_room(client, engine_id)
-            reply = await tools.arun_python(self._engine, code, engine_id)
+            reply = await tools.arun_python(self._engine, code, engine_id, _progress(ctx))
         finally:
             self._starting.discard(engine_id)
         if reply.result is not None:
@@ -459,6 +462,22 @@ def _client() -> str:
         return client
     access = get_access_token()
     return "" if access is None else f"{access.client_id}/"
+
+
+def _progress(ctx: Context[Any, Any] | None) -> tools.OnEvent | None:
+    """Output while the code runs, as progress notifications (sent only if the client asked for
+    progress with a progressToken): progress counts the chunks, the message is the chunk's text."""
+    if ctx is None:
+        return None
+    sent = 0
+
+    async def report(event: OutputEvent | FigureEvent) -> None:
+        nonlocal sent
+        if isinstance(event, OutputEvent):
+            sent += 1
+            await ctx.report_progress(sent, None, tools.event_text(event, _PROGRESS_CHARS))
+
+    return report
 
 
 def _as_handle(reply: ToolReply) -> ToolReply:

@@ -17,10 +17,18 @@ tool vocabulary:
 
 A frontend decides only how a conversation maps to a session id, and how a reply becomes its
 framework's message.
+
+Streaming: `run_python` / `arun_python` take `on_event`, called with each `OutputEvent` (and
+`FigureEvent`) while the code runs, before the reply is returned; a frontend passes it on to its
+framework's mechanism (MCP progress, LangGraph's stream writer, LlamaIndex workflow events, the
+terminal). `arun_python` awaits what `on_event` returns if it is awaitable. A failing `on_event` is
+dropped for the rest of the call: the code keeps running and the reply is the same.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +36,9 @@ from ._engine import ReplEngine
 from ._exceptions import FileError, ReplError, SessionNotFound, VariableNotFound
 from ._models import Attachment, ExecutionResult, FileInfo, VariableInfo
 from ._observation import format_size, render_variable, render_variables
+from ._stream import FigureEvent, OutputEvent, ResultEvent
 from ._text import clean as _clean
+from ._text import escape_controls
 
 __all__ = [
     "DOWNLOAD_FILE",
@@ -40,6 +50,7 @@ __all__ = [
     "RUN_PYTHON",
     "TOOLS",
     "UPLOAD_FILE",
+    "OnEvent",
     "SessionFiles",
     "ToolReply",
     "ToolSpec",
@@ -51,6 +62,7 @@ __all__ = [
     "arun_python",
     "aupload_file",
     "download_file",
+    "event_text",
     "inspect_variable",
     "is_error",
     "list_files",
@@ -190,20 +202,88 @@ class ToolReply:
 # ---- the tools -------------------------------------------------------------------------------------
 
 
-def run_python(engine: ReplEngine, code: str, session: str) -> ToolReply:
+# What run_python calls with each event while the code runs (arun_python awaits an awaitable reply).
+OnEvent = Callable[[OutputEvent | FigureEvent], object]
+
+
+def run_python(engine: ReplEngine, code: str, session: str, on_event: OnEvent | None = None) -> ToolReply:
     try:
-        result = engine.run(code, session)
+        if on_event is None:
+            result = engine.run(code, session)
+        else:
+            result = _streamed(engine.stream(code, session), _Guarded(on_event))
     except ReplError as exc:
         return _failure(RUN_PYTHON, session, exc)
     return run_reply(result, session, engine.limits.max_observation_chars)
 
 
-async def arun_python(engine: ReplEngine, code: str, session: str) -> ToolReply:
+async def arun_python(
+    engine: ReplEngine, code: str, session: str, on_event: OnEvent | None = None
+) -> ToolReply:
     try:
-        result = await engine.arun(code, session)
+        if on_event is None:
+            result = await engine.arun(code, session)
+        else:
+            guarded = _Guarded(on_event)
+            events = engine.astream(code, session)
+            try:
+                async for event in events:
+                    if isinstance(event, ResultEvent):
+                        result = event.result
+                    else:
+                        await guarded.acall(event)
+            finally:
+                await events.aclose()  # now, not at garbage collection: cancels the call if it still runs
     except ReplError as exc:
         return _failure(RUN_PYTHON, session, exc)
     return run_reply(result, session, engine.limits.max_observation_chars)
+
+
+def _streamed(events: Any, guarded: _Guarded) -> ExecutionResult:
+    try:
+        for event in events:
+            if isinstance(event, ResultEvent):
+                return event.result
+            guarded.call(event)
+    finally:
+        events.close()
+    raise AssertionError("a stream always ends with its result")  # pragma: no cover
+
+
+def event_text(event: OutputEvent, max_chars: int = 2000) -> str:
+    """An output chunk as one message (a progress note, a log line): each line's latest state (what
+    follows its last restarting `\\r`), control characters escaped as in the observation, the last
+    `max_chars` characters, stderr marked."""
+    lines = [line.rstrip("\r").rsplit("\r", 1)[-1] for line in event.text.split("\n")]
+    text = escape_controls("\n".join(lines))
+    if len(text) > max_chars:
+        text = "..." + text[-max_chars:]
+    return text if event.stream == "stdout" else f"[stderr] {text}"
+
+
+class _Guarded:
+    """A frontend's `on_event`; after its first failure it is not called again for this call."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: OnEvent) -> None:
+        self._fn: OnEvent | None = fn
+
+    def call(self, event: OutputEvent | FigureEvent) -> None:
+        if self._fn is not None:
+            try:
+                self._fn(event)
+            except Exception:  # the consumer's problem; the run and its reply go on
+                self._fn = None
+
+    async def acall(self, event: OutputEvent | FigureEvent) -> None:
+        if self._fn is not None:
+            try:
+                reply = self._fn(event)
+                if inspect.isawaitable(reply):
+                    await reply
+            except Exception:  # the consumer's problem; the run and its reply go on
+                self._fn = None
 
 
 def list_variables(engine: ReplEngine, session: str) -> ToolReply:

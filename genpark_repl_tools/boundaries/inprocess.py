@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
+from .._capture import StreamingCapture
 from .._compile import compile_cell
 from .._files import WorkspaceDir
 from .._limits import Limits
@@ -111,7 +113,10 @@ class InProcessBoundary(BaseBoundary):
                     )
                 self._running[request.session] = request
                 try:
-                    return run_cell(session, cell, self._runtime, limits, self.name)
+                    if request.on_output is None:
+                        return run_cell(session, cell, self._runtime, limits, self.name)
+                    streaming = functools.partial(StreamingCapture, on_output=request.on_output)
+                    return run_cell(session, cell, self._runtime, limits, self.name, streaming)
                 finally:
                     self._running.pop(request.session, None)
                     session.cancel_pending = False

@@ -422,8 +422,8 @@ class SubprocessBoundary(BaseBoundary):
                     "its worker; files in its workspace are kept."
                 )
             worker = self._start_worker(state, restarted=state.lost is not None)
-        out = OutputSink(limits.max_output_chars)
-        err = OutputSink(limits.max_output_chars)
+        out = OutputSink(limits.max_output_chars, request.on_output, "stdout")
+        err = OutputSink(limits.max_output_chars, request.on_output, "stderr")
         rid = worker.send_json(P.EXEC, {"code": request.code, "timeout_s": timeout})
         state.running = request
         try:

@@ -19,6 +19,7 @@ from .._engine import ReplEngine
 from .._exceptions import EngineClosed, SessionNotFound, VariableNotFound
 from .._limits import Limits
 from .._models import ExecutionResult
+from .._stream import OutputEvent, ResultEvent
 from .bad_output import BAD_OUTPUT_TIMEOUT_S, BAD_OUTPUTS, BadOutput, assert_bad_output, kind_of
 
 MakeEngine = Callable[..., ReplEngine]
@@ -476,9 +477,118 @@ class BoundaryConformance:
         for info in engine.variables("bad", include_hidden=True):
             info.model_dump_json().encode("utf-8")
 
+    # ---- streaming (issue 16) ---------------------------------------------------------------------
+
+    def test_stream_delivers_each_chunk_while_the_code_runs(self, patient: ReplEngine) -> None:
+        patient.run("import time", session="st")  # the first call may start a worker: not timed
+        code = "for i in range(5):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.1)\n'done'"
+        arrivals: list[tuple[float, str]] = []
+        final: ExecutionResult | None = None
+        started = time.monotonic()
+        for event in patient.stream(code, session="st"):
+            if isinstance(event, OutputEvent):
+                assert final is None, "output after the result"
+                arrivals.append((time.monotonic() - started, event.text))
+            elif isinstance(event, ResultEvent):
+                final = event.result
+        assert final is not None and (final.status, final.value) == ("ok", "'done'")
+        streamed = "".join(text for _, text in arrivals)
+        assert streamed == final.stdout == "".join(f"tick {i}\n" for i in range(5))
+        # Each tick arrives about when it is printed (i * 100 ms), long before the run ends: the
+        # bound is generous for a loaded machine; the order and the early arrival are what count.
+        for i in range(5):
+            when = next(t for t, _ in _cumulative(arrivals) if f"tick {i}\n" in _)
+            assert when < i * 0.1 + STREAM_CHUNK_BOUND_S, f"tick {i} arrived after {when:.2f} s"
+        assert arrivals[0][0] < final.duration_ms / 1000, "the first chunk came only with the result"
+
+    def test_astream_gives_the_same_events(self, engine: ReplEngine) -> None:
+        async def main() -> list[Any]:
+            return [
+                event
+                async for event in engine.astream(
+                    "import sys\nprint('out')\nprint('err', file=sys.stderr)\n6 * 7"
+                )
+            ]
+
+        events = asyncio.run(main())
+        assert isinstance(events[-1], ResultEvent) and events[-1].result.value == "42"
+        text = {s: "".join(e.text for e in events if isinstance(e, OutputEvent) and e.stream == s)
+                for s in ("stdout", "stderr")}  # fmt: skip
+        assert text == {"stdout": "out\n", "stderr": "err\n"}
+        assert text["stdout"] == events[-1].result.stdout and text["stderr"] == events[-1].result.stderr
+
+    def test_leaving_the_stream_cancels_the_code(self, patient: ReplEngine) -> None:
+        patient.run("x = 21", session="sc")
+        started = time.monotonic()
+        events = patient.stream("print('started', flush=True)\n" + INFINITE_LOOP, session="sc")
+        for event in events:
+            assert isinstance(event, OutputEvent) and event.text == "started\n"
+            break
+        events.close()  # what garbage collection does to an abandoned generator, made explicit
+        done: list[ExecutionResult] = []
+        follower = threading.Thread(target=lambda: done.append(patient.run("x, n > 0", session="sc")))
+        follower.start()
+        follower.join(INTERRUPT_BOUND_S)
+        assert done and done[0].value == "(21, True)", "the abandoned stream's code kept running"
+        assert time.monotonic() - started < INTERRUPT_BOUND_S
+        self._assert_in_step(patient, "sc")
+
+    def test_leaving_an_async_stream_cancels_the_code(self, patient: ReplEngine) -> None:
+        patient.run("x = 21", session="ac")
+
+        async def main() -> None:
+            events = patient.astream("print('started', flush=True)\n" + INFINITE_LOOP, session="ac")
+            async for _ in events:
+                break
+            await events.aclose()
+
+        asyncio.run(main())
+        done: list[ExecutionResult] = []
+        follower = threading.Thread(target=lambda: done.append(patient.run("x", session="ac")))
+        follower.start()
+        follower.join(INTERRUPT_BOUND_S)
+        assert done and done[0].value == "21", "the abandoned stream's code kept running"
+
+    def test_progress_bar_redraws_collapse(self, engine: ReplEngine) -> None:
+        # Written by hand: what tqdm writes (a \r, then the bar), 10,000 times, then a newline.
+        code = (
+            "import sys\nfor i in range(10_000):\n"
+            "    sys.stderr.write(f'\\r{i + 1:5d}/10000 |{\"#\" * ((i + 1) // 500):20s}|')\n"
+            "sys.stderr.write('\\n')\nprint('done')\n"
+        )
+        events = list(engine.stream(code, session="bar"))
+        result = events[-1].result  # type: ignore[union-attr]
+        assert result.status == "ok"
+        assert result.stderr == f"10000/10000 |{'#' * 20}|\n"
+        assert result.stdout == "done\n" and not result.stderr_truncated
+        assert engine.run(code, session="bar").stderr == result.stderr  # streamed or not: one text
+        streamed = "".join(e.text for e in events if isinstance(e, OutputEvent) and e.stream == "stderr")
+        assert streamed.count("\r") < 10_000  # redraws the consumer did not look at are dropped
+        assert streamed.endswith(f"\r10000/10000 |{'#' * 20}|\n")
+
+    def test_tqdm_leaves_a_few_lines(self, engine: ReplEngine) -> None:
+        pytest.importorskip("tqdm")
+        code = "from tqdm import tqdm\nfor _ in tqdm(range(10_000), mininterval=0, miniters=1):\n    pass\n"
+        result = engine.run(code, session="tqdm")
+        assert result.status == "ok", result.error
+        assert 1 <= len(result.stderr.splitlines()) <= 3, result.stderr
+        assert "10000/10000" in result.stderr and not result.stderr_truncated
+
 
 # An interrupt lands within ~50 ms on a quiet machine; the bound allows a loaded CI machine.
 INTERRUPT_BOUND_S = 10.0
+# A streamed chunk arrives within ~10 ms of its print on a quiet machine (the issue asks 250 ms).
+STREAM_CHUNK_BOUND_S = 1.0
+
+
+def _cumulative(arrivals: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """(arrival time, all text received by then) for each chunk."""
+    seen = ""
+    out = []
+    for when, text in arrivals:
+        seen += text
+        out.append((when, seen))
+    return out
 
 
 class _Abandon(Exception):

@@ -64,6 +64,11 @@ EXPECTED_ALL = {
     "VariableNotFound",
     "__version__",
     "render_variables",
+    # streaming (issue 16)
+    "FigureEvent",
+    "OutputEvent",
+    "ResultEvent",
+    "StreamEvent",
 }
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ..._capture import BoundedText
+from ..._capture import BoundedText, StreamingText
 from ..._exceptions import BoundaryError
 from ..._text import BYTES_ERRORS
 from . import _protocol as P
@@ -69,17 +69,25 @@ class TimedOut:
 class OutputSink:
     """One stream of one call: decoded incrementally, kept as head + tail."""
 
-    __slots__ = ("_decoder", "_limit", "_text")
+    __slots__ = ("_decoder", "_emit", "_limit", "_name", "_text")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self, limit: int, emit: Callable[[tuple[str, str]], object] | None = None, name: str = "stdout"
+    ) -> None:
         self._limit = limit
+        self._emit = emit  # streamed calls: each decoded piece, as the in-process capture hands it
+        self._name = name
         self._decoder: codecs.IncrementalDecoder | None = None
         self._text: BoundedText | None = None  # built on first output: most calls print nothing
 
     def write(self, data: bytes) -> None:
         if self._text is None or self._decoder is None:
             self._decoder = codecs.getincrementaldecoder("utf-8")(BYTES_ERRORS)  # as in-process
-            self._text = BoundedText(self._limit)
+            emit = self._emit
+            if emit is None:
+                self._text = BoundedText(self._limit)
+            else:
+                self._text = StreamingText(self._limit, emit, self._name)
         self._text.write(self._decoder.decode(data))
 
     def finish(self) -> tuple[str, bool]:

@@ -85,7 +85,7 @@ class _FdText:
         self._buf += data
         if len(self._buf) >= _FLUSH_AT:
             self.flush()
-        elif b"\n" in data:
+        elif b"\n" in data or b"\r" in data:  # a progress bar redraws with \r
             self._lines += 1
             if self._lines <= _EAGER_LINES or time.monotonic() - self._flushed_at >= _BATCH_S:
                 self.flush()

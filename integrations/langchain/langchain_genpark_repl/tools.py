@@ -14,6 +14,10 @@ wrote (`artifact["files"]`: names and sizes); their bytes come from `engine.down
 and `include_files=True` adds list_files and download_file for the model.
 What the tools say and do is the core's tool layer (`genpark_repl_tools.tools`); these classes only
 map LangChain's conventions onto it.
+
+Inside a LangGraph run, `run_python` writes its output to the graph's custom stream while the code
+runs (`stream_mode="custom"`): one `{"genpark_repl": {...}}` item per event (`OutputEvent` /
+`FigureEvent` as JSON, plus the tool call id). Outside a graph nothing is streamed.
 """
 
 from __future__ import annotations
@@ -143,10 +147,28 @@ class GenparkReplTool(_EngineTool):
             self.args_schema = _schema("RunPythonInput", "code", tools.RUN_PYTHON.arguments["code"])
 
     def _run(self, code: str, config: RunnableConfig) -> _Reply:
-        return self._reply(tools.run_python(self.engine, code, self._session(config)))
+        on_event = _graph_writer(config)
+        return self._reply(tools.run_python(self.engine, code, self._session(config), on_event))
 
     async def _arun(self, code: str, config: RunnableConfig) -> _Reply:
-        return self._reply(await tools.arun_python(self.engine, code, self._session(config)))
+        on_event = _graph_writer(config)
+        return self._reply(await tools.arun_python(self.engine, code, self._session(config), on_event))
+
+
+def _graph_writer(config: RunnableConfig) -> tools.OnEvent | None:
+    """The LangGraph run's custom stream writer as an `on_event`, or None outside a graph run."""
+    try:
+        from langgraph.config import get_stream_writer
+
+        writer = get_stream_writer()
+    except (ImportError, RuntimeError, KeyError):  # no langgraph, or not inside a graph run
+        return None
+    call_id = (config.get("metadata") or {}).get("tool_call_id")
+
+    def write(event: Any) -> None:
+        writer({"genpark_repl": {**event.model_dump(mode="json"), "tool_call_id": call_id}})
+
+    return write
 
 
 class _NoArguments(BaseModel):

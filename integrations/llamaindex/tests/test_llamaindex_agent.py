@@ -13,7 +13,7 @@ from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
 from llama_index.core.base.llms.types import ImageBlock
 from llama_index.core.llms import MessageRole
 from llama_index.core.workflow import Context
-from llama_index.tools.genpark_repl import GenparkReplToolSpec
+from llama_index.tools.genpark_repl import GenparkReplStreamEvent, GenparkReplToolSpec
 
 from genpark_repl_tools import Attachment, ExecutionRequest, ExecutionResult, MockBoundary, ReplEngine
 
@@ -221,3 +221,26 @@ def test_images_reach_the_model_as_image_blocks(make_agent: MakeAgent) -> None:
     assert images[0].image == PNG_B64.encode("ascii")
     assert images[0].image_mimetype == "image/png"
     assert "Attached image/png 1x1: a dot" in (tool_message.content or "")
+
+
+def test_output_streams_as_workflow_events_while_the_code_runs(
+    spec: GenparkReplToolSpec, make_agent: MakeAgent
+) -> None:
+    code = "import time\nfor i in range(3):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.05)\n"
+    agent, _ = make_agent(spec, {"ticks": [("run_python", {"code": code})]})
+
+    async def main() -> list[Any]:
+        handler = agent.run("ticks", ctx=Context(agent))
+        events = [ev async for ev in handler.stream_events()]
+        await handler
+        return events
+
+    events = asyncio.run(main())
+    streamed = [i for i, ev in enumerate(events) if isinstance(ev, GenparkReplStreamEvent)]
+    text = "".join(events[i].text for i in streamed if events[i].kind == "output")
+    assert text == "tick 0\ntick 1\ntick 2\n"
+    assert {events[i].stream for i in streamed} == {"stdout"}
+    # All of it before the tool's result event, which carries the same text.
+    result_at = next(i for i, ev in enumerate(events) if isinstance(ev, ToolCallResult))
+    assert streamed and max(streamed) < result_at
+    assert events[result_at].tool_output.raw_output["stdout"] == text

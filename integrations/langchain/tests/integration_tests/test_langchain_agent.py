@@ -130,13 +130,19 @@ async def test_async_agent_runs_keep_threads_apart(
     scripted_model: MakeModel, engine: ReplEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sessions: list[str] = []
-    real_arun = engine.arun
+    real_arun, real_astream = engine.arun, engine.astream
 
     async def spy(code: str, session: str = "default", **kwargs: Any) -> ExecutionResult:
         sessions.append(session)
         return await real_arun(code, session, **kwargs)
 
+    async def stream_spy(code: str, session: str = "default", **kwargs: Any) -> Any:
+        sessions.append(session)  # inside a graph the tool streams its output (the async stream)
+        async for event in real_astream(code, session, **kwargs):
+            yield event
+
     monkeypatch.setattr(engine, "arun", spy)
+    monkeypatch.setattr(engine, "astream", stream_spy)
 
     def script(model: Any) -> Iterator[AIMessage]:
         yield ask(run_code("c1", "items = ['a', 'b']"))
@@ -210,3 +216,32 @@ def test_malformed_arguments_from_the_model_do_not_end_the_run(
     assert results["c1"].status == "error"
     assert "code" in results["c1"].content  # the validation error names the missing field
     assert results["c2"].content == "OK\nOut: 2"
+
+
+def test_output_streams_to_the_graph_custom_stream_while_the_code_runs(
+    scripted_model: MakeModel, engine: ReplEngine
+) -> None:
+    code = "import time\nfor i in range(3):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.05)\n"
+
+    def script(model: Any) -> Iterator[AIMessage]:
+        yield ask(run_code("s1", code))
+        yield AIMessage("Done.")
+
+    agent = make_agent(scripted_model(script), engine)
+    seen: list[tuple[str, Any]] = []
+    for mode, chunk in agent.stream(user("count"), thread("streamer"), stream_mode=["custom", "updates"]):
+        seen.append((mode, chunk))
+    custom = [chunk["genpark_repl"] for mode, chunk in seen if mode == "custom"]
+    assert "".join(c["text"] for c in custom if c["kind"] == "output") == "tick 0\ntick 1\ntick 2\n"
+    assert {c["stream"] for c in custom} == {"stdout"}
+    # Every chunk comes before the tool's message (the "tools" update), not with it.
+    tools_update = next(i for i, (mode, chunk) in enumerate(seen) if mode == "updates" and "tools" in chunk)
+    assert all(i < tools_update for i, (mode, _) in enumerate(seen) if mode == "custom")
+    message = seen[tools_update][1]["tools"]["messages"][0]
+    assert message.artifact["stdout"] == "tick 0\ntick 1\ntick 2\n"
+
+
+def test_outside_a_graph_nothing_is_streamed_and_the_reply_is_the_same(engine: ReplEngine) -> None:
+    (tool, *_) = GenparkReplToolkit(engine=engine).get_tools()
+    message = tool.invoke(run_code("x1", "print('plain')"), thread("solo"))
+    assert message.artifact["stdout"] == "plain\n"

@@ -8,6 +8,6 @@ tools = GenparkReplToolSpec(engine=ReplEngine(policy="standard")).to_tool_list()
 
 from __future__ import annotations
 
-from llama_index.tools.genpark_repl.base import STORE_KEY, GenparkReplToolSpec
+from llama_index.tools.genpark_repl.base import STORE_KEY, GenparkReplStreamEvent, GenparkReplToolSpec
 
-__all__ = ["STORE_KEY", "GenparkReplToolSpec"]
+__all__ = ["STORE_KEY", "GenparkReplStreamEvent", "GenparkReplToolSpec"]

@@ -15,17 +15,31 @@ from typing import Any, TypeVar
 from llama_index.core.base.llms.types import ContentBlock, ImageBlock, TextBlock
 from llama_index.core.tools import FunctionTool, ToolMetadata, ToolOutput
 from llama_index.core.tools.tool_spec.base import SPEC_FUNCTION_TYPE, BaseToolSpec
-from llama_index.core.workflow import Context
+from llama_index.core.workflow import Context, Event
 
 from genpark_repl_tools import ReplEngine, tools
 from genpark_repl_tools.tools import ToolReply
 
-__all__ = ["STORE_KEY", "GenparkReplToolSpec"]
+__all__ = ["STORE_KEY", "GenparkReplStreamEvent", "GenparkReplToolSpec"]
 
 STORE_KEY = "genpark_repl_session"
 """Key under which a conversation's session id lives in `ctx.store` (a plain string, so it serializes)."""
 
 _T = TypeVar("_T")
+
+
+class GenparkReplStreamEvent(Event):
+    """What `arun_python` writes to the workflow's event stream while the code runs.
+
+    `kind` is "output" (`stream` and `text`: text the code wrote; a `\\r` not followed by `\\n`
+    restarts the line) or "figure" (`attachment`: the figure as JSON, sent when the run ends).
+    Read them with `handler.stream_events()`.
+    """
+
+    kind: str
+    stream: str = ""
+    text: str = ""
+    attachment: dict[str, Any] | None = None
 
 
 class GenparkReplToolSpec(BaseToolSpec):
@@ -100,8 +114,10 @@ class GenparkReplToolSpec(BaseToolSpec):
         return _output(tools.run_python(self.engine, code, self._session_sync(ctx)), code=code)
 
     async def arun_python(self, code: str, ctx: Context) -> ToolOutput:
-        """Async twin of `run_python`."""
-        return _output(await tools.arun_python(self.engine, code, await self.session_id(ctx)), code=code)
+        """Async twin of `run_python`; it also streams the output (`GenparkReplStreamEvent`)."""
+        session = await self.session_id(ctx)
+        on_event = _stream_to(ctx) if ctx is not None else None
+        return _output(await tools.arun_python(self.engine, code, session, on_event), code=code)
 
     def list_variables(self, ctx: Context) -> ToolOutput:
         """List the variables, functions and classes defined in your Python session.
@@ -236,6 +252,14 @@ class GenparkReplToolSpec(BaseToolSpec):
                 )
             )
         return tools
+
+
+def _stream_to(ctx: Context) -> tools.OnEvent:
+    # Only from the async tool: it runs on the workflow's loop, where writing to the stream is safe.
+    def write(event: Any) -> None:
+        ctx.write_event_to_stream(GenparkReplStreamEvent(**event.model_dump(mode="json")))
+
+    return write
 
 
 def _output(reply: ToolReply, **kwargs: str) -> ToolOutput:
