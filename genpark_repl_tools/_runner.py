@@ -17,7 +17,7 @@ from types import CodeType, TracebackType
 from typing import Any
 
 from ._capture import Capture, OutputCapture, capturing
-from ._compile import CELL_PREFIX, CompiledCell
+from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
 from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
 from ._models import Attachment, ErrorInfo, ExecutionResult
@@ -210,13 +210,13 @@ def _guarded(
     """Everything that may run user code: the cell, its value's repr, reprs of changed variables,
     the drawing of its figures."""
     try:
+        value = None
         try:
-            value = None
             if cell.body is not None:
                 exec(cell.body, ns)
-            if cell.expr is not None:
-                value = eval(cell.expr, ns)
         finally:
+            if cell.has_value:  # also after an error or a timeout: the name must not stay behind
+                value = ns.pop(VALUE_NAME, None)
             _restore_builtins(host_builtins)
         if value is not None:
             outcome.value, outcome.value_truncated = value_repr(value, limits.max_repr_chars)
