@@ -6,8 +6,8 @@ import ast
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from types import CodeType
+from typing import NamedTuple
 
 from ._models import AuditFinding, ErrorInfo
 from .policy._runtime import PolicyRuntime
@@ -28,8 +28,9 @@ _GUARD_NAME = "__repl_check_timeout__"
 VALUE_NAME = "__repl_value__"
 
 
-@dataclass(frozen=True)
-class CompiledCell:
+class CompiledCell(NamedTuple):
+    """One compiled cell, shared by every session of its policy (immutable; a tuple: cheap to make)."""
+
     source: str
     filename: str
     lines: tuple[str, ...]

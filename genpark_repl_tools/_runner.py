@@ -271,10 +271,11 @@ def _defines_functions(code: CodeType) -> bool:
 
 
 def _remember_source(session: Session, cell: CompiledCell) -> None:
-    session.sources[cell.filename] = (session.execution_count, cell.lines)
-    session.sources.move_to_end(cell.filename)
-    while len(session.sources) > _SOURCES_KEPT:
-        session.sources.popitem(last=False)
+    sources = session.sources
+    sources.pop(cell.filename, None)  # re-inserted last: the most recent
+    sources[cell.filename] = (session.execution_count, cell.lines)
+    while len(sources) > _SOURCES_KEPT:
+        del sources[next(iter(sources))]
 
 
 def _ms(started: float) -> float:
