@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_type_hints
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -189,6 +189,19 @@ class GenparkResetTool(_EngineTool):
 
     async def _arun(self, config: RunnableConfig) -> _Reply:
         return self._reply(await tools.areset_session(self.engine, self._session(config)))
+
+
+def _resolve_hints(*classes: type[BaseTool]) -> None:
+    """Store `_run`/`_arun`'s type hints resolved. LangChain reads them on every call (to find the
+    injected config), and with this module's string annotations it would evaluate them each time:
+    about as much as the rest of a call costs."""
+    for cls in classes:
+        for name in ("_run", "_arun"):
+            function = cls.__dict__[name]
+            function.__annotations__ = get_type_hints(function)
+
+
+_resolve_hints(GenparkReplTool, GenparkVariablesTool, GenparkInspectTool, GenparkResetTool)
 
 
 @lru_cache(maxsize=64)
