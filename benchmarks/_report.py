@@ -619,6 +619,14 @@ def render_document(results: dict[str, Any]) -> str:
         ["1-minute load average (start, end)", load_text],
     ]
     out.table(["", ""], facts)
+    cores = m.get("cores")
+    if load and load_end and cores and max(load[0], load_end[0]) > cores:
+        out.text(
+            f"The machine was shared during this run: a load average above its {cores} cores means other "
+            "processes competed for the CPU. Times are inflated and noisier than on a quiet machine; the "
+            f"{X} bare ratios, timed in alternating rounds against bare exec in the same process, are the "
+            "figures to compare."
+        )
     versions = [[v["label"], str(v["version"])] for v in results["executors"].values() if v.get("version")]
     if versions:
         out.table(["executor", "version"], versions)
