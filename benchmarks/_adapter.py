@@ -1,15 +1,16 @@
 """The LangChain adapter's cost: GenparkReplTool.invoke over a bare engine.run, and LangChain's own share.
 
 A separate module because it imports LangChain at the top: the no-op tool's annotations must resolve
-in module globals, exactly as GenparkReplTool's do (LangChain evaluates them on every call to find
-the injected `config` parameter).
+in module globals, as GenparkReplTool's do. LangChain reads `_run`'s type hints on every call (to
+find the injected `config` parameter); GenparkReplTool stores them resolved, and so does the no-op
+tool, so that "LangChain's own cost" is the least a tool of this shape pays, not a cost we avoid.
 
 Security model: none; it runs `x = 1` through the engine under its default policy.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
@@ -35,6 +36,9 @@ class NoopTool(BaseTool):
 
     def _run(self, code: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
         return "", {}
+
+
+NoopTool._run.__annotations__ = get_type_hints(NoopTool._run)  # as GenparkReplTool does
 
 
 def make_calls(timeout_s: float) -> tuple[ReplEngine, dict[str, Any], str | None]:

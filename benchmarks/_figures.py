@@ -12,6 +12,7 @@ __all__ = [
     "CONCURRENCY_SESSIONS",
     "LATENCY",
     "NAMESPACE_SIZES",
+    "NEW_CELL_TITLE",
     "PROBES",
     "Latency",
     "Probe",
@@ -19,6 +20,7 @@ __all__ = [
     "concurrency_code",
     "concurrency_expected",
     "namespace_setup",
+    "new_cell_code",
     "settings",
 ]
 
@@ -149,6 +151,15 @@ def namespace_setup(size: int, start: int = 0) -> str:
     if size >= 10_000:
         lines.append("big = list(range(10**6))")
     return "\n".join(lines)
+
+
+def new_cell_code(n: int) -> str:
+    """Cell number `n` of a session: code no executor has seen before, so no cache helps (a model's
+    cells are almost always new), ending in an expression as model-written cells often do."""
+    return f"x = {n}\ny = x * 2\ny"
+
+
+NEW_CELL_TITLE = "New cell: code never run before (`x = <n>; y = x * 2; y`, n counting up) in a warm session"
 
 
 CONCURRENCY_SESSIONS = 32

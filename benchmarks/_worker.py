@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import itertools
 import json
 import os
 import resource
@@ -112,6 +113,7 @@ def job_latency(key: str, s: F.Settings, emit: Emitter) -> None:
             (fig.key, functools.partial(_latency_figure, ex, bare, fig, s, emit)) for fig in F.LATENCY(s)
         ]
         steps.append(("namespace", functools.partial(_namespace_figure, ex, bare, s, emit)))
+        steps.append(("new_cell", functools.partial(_new_cell_figure, ex, bare, s, emit)))
         steps.append(("new_session", functools.partial(_new_session_figure, ex, bare, s, emit)))
         for figure, step in steps:
             try:
@@ -196,6 +198,52 @@ def _namespace_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) ->
             )
     ex.close_session(session)
     ex.close_session("ns-0")
+
+
+def _new_cell_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> None:
+    """Like a latency figure, but every call runs a cell never run before (made before the batch)."""
+    session = "cells"
+    fig = F.Latency("new_cell", "", F.new_cell_code(1), check="print(y)", expected="2")
+    first, failure = _validate(ex, fig, session)
+    bare_first, bare_failure = _validate(bare, fig, session)
+    if bare_failure is not None:
+        raise RuntimeError(f"new_cell: bare exec {bare_failure}")
+    if failure is not None or first is None or bare_first is None:
+        emit("figure", figure="new_cell", failure=failure)
+        return
+    clock = CLOCKS[ex.clock]
+    # Fewer calls per batch than the latency figures: each one leaves a new cell in the caches.
+    numbers = {
+        k: max(1, min(2_000, int(s.target_round_s / max(t, 1e-7))))
+        for k, t in (("x", first), ("bare", bare_first))
+    }
+    callers = {"x": ex.caller(session), "bare": bare.caller(session)}
+    serial = itertools.count(2)
+    samples: dict[str, list[float]] = {"x": [], "bare": []}
+    started = time.perf_counter()
+    for _ in range(s.rounds):
+        for k, fn in callers.items():
+            codes = [F.new_cell_code(next(serial)) for _ in range(numbers[k])]
+            begun = clock()
+            for code in codes:
+                fn(code)
+            samples[k].append((clock() - begun) / len(codes))
+        if time.perf_counter() - started > s.budget_s:
+            break
+    ex.close_session(session)
+    bare.close_session(session)
+    emit(
+        "figure",
+        figure="new_cell",
+        clock=ex.clock,
+        value_s=min(samples["x"]),
+        bare_s=min(samples["bare"]),
+        ratio=paired_ratio(samples["x"], samples["bare"]),
+        median_s=statistics.median(samples["x"]),
+        rounds=len(samples["x"]),
+        number=numbers["x"],
+        samples=samples,
+    )
 
 
 def _new_session_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> None:

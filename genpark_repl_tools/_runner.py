@@ -17,7 +17,7 @@ from types import CodeType, TracebackType
 from typing import Any
 
 from ._capture import Capture, OutputCapture, capturing
-from ._compile import CELL_PREFIX, CompiledCell
+from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
 from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
 from ._models import Attachment, ErrorInfo, ExecutionResult
@@ -211,13 +211,13 @@ def _guarded(
     """Everything that may run user code: the cell, its value's repr, reprs of changed variables,
     the drawing of its figures."""
     try:
+        value = None
         try:
-            value = None
             if cell.body is not None:
                 exec(cell.body, ns)
-            if cell.expr is not None:
-                value = eval(cell.expr, ns)
         finally:
+            if cell.has_value:  # also after an error or a timeout: the name must not stay behind
+                value = ns.pop(VALUE_NAME, None)
             _restore_builtins(host_builtins)
         if value is not None:
             outcome.value, outcome.value_truncated = value_repr(value, limits.max_repr_chars)
@@ -272,10 +272,11 @@ def _defines_functions(code: CodeType) -> bool:
 
 
 def _remember_source(session: Session, cell: CompiledCell) -> None:
-    session.sources[cell.filename] = (session.execution_count, cell.lines)
-    session.sources.move_to_end(cell.filename)
-    while len(session.sources) > _SOURCES_KEPT:
-        session.sources.popitem(last=False)
+    sources = session.sources
+    sources.pop(cell.filename, None)  # re-inserted last: the most recent
+    sources[cell.filename] = (session.execution_count, cell.lines)
+    while len(sources) > _SOURCES_KEPT:
+        del sources[next(iter(sources))]
 
 
 def _ms(started: float) -> float:

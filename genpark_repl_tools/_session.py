@@ -12,7 +12,6 @@ import contextlib
 import threading
 import time
 import types
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
@@ -30,6 +29,8 @@ __all__ = ["Session", "SessionTable", "call_armed", "call_guarded", "not_defined
 
 # A whole variables() listing shares one budget, so many slow reprs cannot stall the caller.
 DESCRIBE_BUDGET_S = 5.0
+# Shared by every session that declared no `global` names (`frozenset()` is a new object each time).
+_NO_NAMES: frozenset[str] = frozenset()
 
 S = TypeVar("S")
 
@@ -70,7 +71,9 @@ class Session:
         self.runtime = runtime
         self.namespace: dict[str, Any] = {}
         self.lock = threading.Lock()
-        self.sources: OrderedDict[str, tuple[int, tuple[str, ...]]] = OrderedDict()
+        # Source lines of recent cells by filename, oldest first (for tracebacks and snapshots). A
+        # plain dict: an OrderedDict costs a few hundred bytes more per idle session.
+        self.sources: dict[str, tuple[int, tuple[str, ...]]] = {}
         self.figures = FigureOwner()
         self.running: Slot | None = None  # the watchdog slot of the cell running now, for interrupt()
         self.cancel_pending = False
@@ -93,7 +96,7 @@ class Session:
         self.namespace.update({"__builtins__": builtins_table, "__name__": "__main__"})
         self.execution_count = 0
         self.sources.clear()
-        self.global_names: frozenset[str] = frozenset()
+        self.global_names: frozenset[str] = _NO_NAMES
         self.dynamic = False
         self.restarted = False
 

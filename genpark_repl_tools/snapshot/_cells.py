@@ -26,7 +26,6 @@ def cell_codes(cell: CompiledCell) -> list[CodeType]:
                 found.append(const)
                 walk(const)
 
-    for top in (cell.body, cell.expr):
-        if top is not None:
-            walk(top)
+    if cell.body is not None:
+        walk(cell.body)
     return found

@@ -141,7 +141,7 @@ class _Context:
                 count, lines = entry
                 source = "\n".join(lines) + "\n"
                 cell = compile_cell(source, self.runtime)
-                if cell.body is not None or cell.expr is not None:
+                if cell.body is not None:
                     found = (cell, cell_codes(cell))
                     self.sources[filename] = [count, source]
             self._cells[filename] = found

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 _RUN_BOUND_S = 85
 
-LATENCY = ("trivial", "print", "cpu", "recursive", "comprehension", "new_session")
+LATENCY = ("trivial", "print", "cpu", "recursive", "comprehension", "new_cell", "new_session")
 NAMESPACE_SIZES = ("10", "1000", "10000")
 PROBES = ("loop", "swallow", "flood", "bomb")
 PRESETS = ("trusted", "standard", "strict")
@@ -122,6 +122,7 @@ def test_text_has_one_table_per_figure_with_our_rows(bench: tuple[str, dict[str,
         "Recursive function",
         "Comprehension over session variables",
         "`x = 1` as the namespace grows",
+        "New cell: code never run before",
         "New session",
         "Memory: idle sessions",
         "Concurrency: 32 sessions printing at once",
@@ -134,7 +135,7 @@ def test_text_has_one_table_per_figure_with_our_rows(bench: tuple[str, dict[str,
     for key in ["bare", *_ours(results)]:
         assert results["executors"][key]["label"] in text
     goals = {(g["executor"], g["figure"]) for g in results["goals"]}
-    for figure in ("trivial", "cpu", "namespace", "memory"):
+    for figure in ("trivial", "new_cell", "cpu", "namespace", "memory"):
         assert ("inprocess-trusted", figure) in goals
     assert all(g["verdict"] != "not measured" for g in results["goals"]), results["goals"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_type_hints
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -264,6 +264,26 @@ class GenparkDownloadTool(_EngineTool):
         session = self._session(config)
         reply = await tools.adownload_file(self.engine, name, session, include_bytes=self.include_bytes)
         return self._reply(reply)
+
+
+def _resolve_hints(*classes: type[BaseTool]) -> None:
+    """Store `_run`/`_arun`'s type hints resolved. LangChain reads them on every call (to find the
+    injected config), and with this module's string annotations it would evaluate them each time:
+    about as much as the rest of a call costs."""
+    for cls in classes:
+        for name in ("_run", "_arun"):
+            function = cls.__dict__[name]
+            function.__annotations__ = get_type_hints(function)
+
+
+_resolve_hints(
+    GenparkReplTool,
+    GenparkVariablesTool,
+    GenparkInspectTool,
+    GenparkResetTool,
+    GenparkFilesTool,
+    GenparkDownloadTool,
+)
 
 
 @lru_cache(maxsize=64)
