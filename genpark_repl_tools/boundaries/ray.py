@@ -47,19 +47,21 @@ _POLL_S = 0.25
 _REPLY_SLACK_S = 1.0
 # Bound on small control calls (ping, interrupt, close_session, placement).
 _CONTROL_S = 10.0
-# A call whose host is lost within this long of being sent runs again on another node: the node was
-# gone before (or just as) the call reached it.
-_RERUN_WINDOW_S = 0.25
+# A call runs again on another node only if Ray recorded its host's death (on the head node's clock)
+# this long before the call was sent (on the driver's clock); see docs/ray.md on clock skew.
+_DIED_BEFORE_MARGIN_S = 0.0
 _START_S = 120.0  # a new host: a worker process on its node, then its zygote
+_HEAD = "node:__internal_head__"  # a resource only the head node has
 _LOST_HINT = "The session's variables are gone; re-create what you need."
 
 
 class _Lost(Exception):
     """The host of a call is gone (its node or its actor died) or did not answer in time."""
 
-    def __init__(self, why: str, *, dead: bool) -> None:
+    def __init__(self, why: str, *, dead: bool, actor_id: str | None = None) -> None:
         super().__init__(why)
         self.dead = dead  # the host itself is gone (else: only this call went unanswered)
+        self.actor_id = actor_id  # the dead host's actor id, when Ray said which
 
 
 class _Placed:
@@ -134,18 +136,7 @@ class RayBoundary(BaseBoundary):
         self._sessions: SessionTable[_Placed] = SessionTable(limits.max_sessions)
         self._hosts: dict[str, Any] = {}  # node id -> host actor, guarded by _hosts_lock
         self._hosts_lock = threading.Lock()
-        self._placement: Any = (
-            ray.remote(Placement)
-            .options(
-                name=PLACEMENT_NAME,
-                namespace=NAMESPACE,
-                lifetime="detached",
-                get_if_exists=True,
-                num_cpus=0,
-                max_restarts=0,
-            )
-            .remote()
-        )
+        self._placement: Any = _placement_actor()
         # Start a host on every live node now, so a new session does not wait for one.
         try:
             nodes = self._live_nodes()
@@ -174,14 +165,14 @@ class RayBoundary(BaseBoundary):
             for attempt in range(2):
                 if state.host is None:
                     self._place(state)
-                started = time.monotonic()
+                started, sent = time.monotonic(), time.time()
                 try:
                     result = self._call(state, request)
                 except _Lost as lost:
                     why = self._lose(state, lost)
                     if self._closed:
                         return self._closed_result(request, started)
-                    if attempt == 0 and time.monotonic() - started < _RERUN_WINDOW_S:
+                    if attempt == 0 and _died_before(lost, sent):
                         notes.append(f"{why}; this code ran again on another node, in an empty session.")
                         restarted = True
                         state.lost = None
@@ -263,7 +254,7 @@ class RayBoundary(BaseBoundary):
             "policy": self.policy.name,
             "key": self.key,
             "sessions_per_node": self.sessions_per_node,
-            "placement": ray.get(self._placement.table.remote(self.key), timeout=_CONTROL_S),
+            "placement": self._placement_call("table", self.key),
             "nodes": nodes,
         }
 
@@ -331,7 +322,7 @@ class RayBoundary(BaseBoundary):
                 elif ping is None:
                     ping = host.ping.remote()
             except RayActorError as exc:
-                raise _Lost(_explain(exc), dead=True) from exc
+                raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
             except GetTimeoutError as exc:
                 raise _Lost("the node holding the session did not answer in time", dead=False) from exc
 
@@ -361,16 +352,24 @@ class RayBoundary(BaseBoundary):
 
     def _place(self, state: _Placed) -> None:
         nodes = self._live_nodes()
-        node: str | None = ray.get(
-            self._placement.place.remote(self.key, state.name, nodes, self.sessions_per_node),
-            timeout=_CONTROL_S,
-        )
+        node: str | None = self._placement_call("place", self.key, state.name, nodes, self.sessions_per_node)
         if node is None:
             raise CapacityError(
                 f"every live node ({len(nodes)}) holds {self.sessions_per_node} sessions "
                 "(sessions_per_node); close sessions or add nodes"
             )
         state.node, state.host = node, self._host(node)
+
+    def _placement_call(self, method: str, *args: Any) -> Any:
+        """Call the placement table; if its actor was lost (or restarted empty), give it this
+        boundary's placements again and call once more."""
+        try:
+            return ray.get(getattr(self._placement, method).remote(*args), timeout=_CONTROL_S)
+        except RayActorError:
+            self._placement = _placement_actor()
+            table = {s.name: s.node for s in self._sessions.values() if s.node is not None}
+            ray.get(self._placement.adopt.remote(self.key, table), timeout=_CONTROL_S)
+            return ray.get(getattr(self._placement, method).remote(*args), timeout=_CONTROL_S)
 
     def _host(self, node: str, *, wait: bool = True) -> Any:
         host: Any
@@ -441,6 +440,38 @@ class RayBoundary(BaseBoundary):
     def _get(self, session: str) -> _Placed:
         self._check_open()
         return self._sessions.get(session)
+
+
+def _placement_actor() -> Any:
+    """The cluster's placement table: a named detached actor on the head node (created if need be)."""
+    return (
+        ray.remote(Placement)
+        .options(
+            name=PLACEMENT_NAME,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            resources={_HEAD: 0.001},
+            max_restarts=-1,
+        )
+        .remote()
+    )
+
+
+def _died_before(lost: _Lost, sent: float) -> bool:
+    """Whether Ray recorded the death of the call's host before the call was sent: then the code
+    never ran there, and running it on another node runs it once. Unknown counts as no."""
+    if not lost.dead or not lost.actor_id:
+        return False
+    try:
+        from ray._private.state import actors  # the GCS actor table (ray.util.state needs the dashboard)
+
+        info = actors(lost.actor_id)
+    except Exception:  # a private API: if it moves, the call is reported lost instead of rerun
+        return False
+    end_ms = info.get("EndTime") if isinstance(info, dict) else None
+    return bool(info.get("State") == "DEAD" and end_ms and end_ms / 1000 < sent - _DIED_BEFORE_MARGIN_S)
 
 
 def _explain(exc: RayActorError) -> str:

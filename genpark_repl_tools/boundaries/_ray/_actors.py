@@ -147,6 +147,10 @@ class Placement:
         table[session] = node
         return node
 
+    def adopt(self, key: str, table: dict[str, str]) -> None:
+        """Take a boundary's placements again (this actor was restarted and lost its table)."""
+        self._where.setdefault(key, {}).update(table)
+
     def forget(self, key: str, session: str) -> bool:
         return self._where.get(key, {}).pop(session, None) is not None
 
