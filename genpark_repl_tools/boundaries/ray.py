@@ -305,21 +305,27 @@ class RayBoundary(BaseBoundary):
         return reply
 
     def _wait(self, host: Any, ref: Any, deadline: float) -> Any:
-        """The reply to `ref`, or _Lost once its host is dead or the deadline has passed."""
+        """The reply to `ref`, or _Lost once its host is dead or the deadline has passed.
+
+        One blocking get per poll (a fast call costs a single round trip); while the call runs, a
+        ping checks every poll that its host is alive, since Ray fails calls to a dead actor at once.
+        """
         ping: Any = None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _Lost("the node holding the session did not answer in time", dead=False)
-            waiting = [ref] if ping is None else [ref, ping]
-            ready, _ = ray.wait(waiting, num_returns=1, timeout=min(_POLL_S, remaining))
             try:
-                if ref in ready:
-                    return ray.get(ref, timeout=_CONTROL_S)
-                if ping is not None and ping in ready:
+                return ray.get(ref, timeout=min(_POLL_S, remaining))
+            except GetTimeoutError:
+                pass
+            except RayActorError as exc:
+                raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
+            try:
+                if ping is not None and ray.wait([ping], timeout=0)[0]:
                     ray.get(ping, timeout=_CONTROL_S)
                     ping = None
-                elif ping is None:
+                if ping is None:
                     ping = host.ping.remote()
             except RayActorError as exc:
                 raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
