@@ -14,7 +14,8 @@ import contextlib
 import threading
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 try:
     import ray
@@ -35,6 +36,9 @@ from .._session import DESCRIBE_BUDGET_S, SessionTable, not_defined
 from ..policy import Policy
 from ._ray._actors import Placement, Raised, SessionHost
 from ._subprocess import _claims
+
+if TYPE_CHECKING:
+    from ..stores import SessionStore
 
 __all__ = ["RayBoundary"]
 
@@ -93,6 +97,12 @@ class RayBoundary(BaseBoundary):
                            node is full
         key                names this boundary's sessions in the cluster-wide placement table and its
                            host actors (default: random; give the same key to share nothing else)
+        store              a function that opens the session store on a node, e.g.
+                           `lambda: RedisStore.from_url(url)`: sessions then run in-process inside each
+                           node's host actor (durable sessions need the in-process boundary for now),
+                           are saved after each call, and a lost node's sessions are restored from the
+                           store on another node (`session_restored`)
+        snapshot_key       the HMAC key of the snapshots (required with a store; same on every node)
         host_cpus          CPUs each host actor reserves on its node (default 0: the workers it starts
                            are not Ray tasks, size nodes for them instead)
         host_concurrency   calls one host runs at once (threads of the actor)
@@ -110,17 +120,20 @@ class RayBoundary(BaseBoundary):
         address: str | None = None,
         sessions_per_node: int | None = 64,
         key: str | None = None,
-        store: Any = None,
+        store: Callable[[], SessionStore] | None = None,
+        snapshot_key: bytes | str | None = None,
         host_cpus: float = 0.0,
         host_concurrency: int = 64,
         **subprocess_options: Any,
     ) -> None:
         super().__init__(policy, limits)
-        if store is not None:
-            raise NotImplementedError(
-                "the ray boundary does not take a session store yet: a lost node's sessions restart "
-                "empty (session_restarted); see docs/ray.md"
+        if store is not None and not callable(store):
+            raise TypeError(
+                "store must be a function that opens the store on each node, e.g. "
+                "lambda: RedisStore.from_url(url); a store object holds connections that cannot travel"
             )
+        if store is not None and snapshot_key is None:
+            raise ValueError("a store needs a snapshot_key shared by every node (at least 16 bytes)")
         if sessions_per_node is not None and sessions_per_node <= 0:
             raise ValueError("sessions_per_node must be positive or None")
         if host_concurrency < 2:
@@ -130,6 +143,8 @@ class RayBoundary(BaseBoundary):
         self.sessions_per_node = sessions_per_node
         self.key = key or uuid.uuid4().hex[:12]
         self._options = subprocess_options
+        self._store = store
+        self._snapshot_key = snapshot_key
         self._host_cpus = host_cpus
         self._host_concurrency = host_concurrency
         self._kill_grace_s = float(subprocess_options.get("kill_grace_s", 0.25))
@@ -157,11 +172,7 @@ class RayBoundary(BaseBoundary):
             if request.cancelled:
                 return cancelled_before_start(request, self.policy.name, self.name)
             self._settle(state)
-            notes: list[str] = []
-            restarted = False
-            if state.host is None and state.lost is not None:
-                notes.append(state.lost)
-                restarted = True
+            lost_why = state.lost if state.host is None else None  # why the session was lost
             for attempt in range(2):
                 if state.host is None:
                     self._place(state)
@@ -173,15 +184,17 @@ class RayBoundary(BaseBoundary):
                     if self._closed:
                         return self._closed_result(request, started)
                     if attempt == 0 and _died_before(lost, sent):
-                        notes.append(f"{why}; this code ran again on another node, in an empty session.")
-                        restarted = True
-                        state.lost = None
+                        lost_why = f"{why}; this code ran on another node"
                         continue
                     return self._lost_result(request, why, started)
                 state.lost = None
                 result.boundary = self.name
-                result.notes[:0] = notes
-                result.session_restarted = result.session_restarted or restarted
+                if lost_why is not None:
+                    if result.session_restored is not None:  # a store brought it back: not a restart
+                        result.notes.insert(0, f"{lost_why}. The session was restored from the store.")
+                    else:
+                        result.notes.insert(0, f"{lost_why}. The session restarted empty.")
+                        result.session_restarted = True
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -394,7 +407,7 @@ class RayBoundary(BaseBoundary):
                         max_restarts=0,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
                     )
-                    .remote(self.policy, self.limits, self._options)
+                    .remote(self.policy, self.limits, self._options, self._store, self._snapshot_key)
                 )
         if wait:
             ray.get(host.ping.remote(), timeout=_START_S)
@@ -416,7 +429,7 @@ class RayBoundary(BaseBoundary):
                 host.close_session.remote(state.name)
             self._placement.forget.remote(self.key, state.name)
             why = f"session {state.name!r} on node {node[:12]} was lost: {lost}"
-        state.lost = f"The session was lost and restarted empty ({why})."
+        state.lost = why[0].upper() + why[1:]
         return why
 
     # ---- results --------------------------------------------------------------------------------

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from ..._boundary import ExecutionRequest
+from ..._boundary import BaseBoundary, ExecutionRequest
+from ..._engine import ReplEngine
 from ..._exceptions import ReplError
 from ..._limits import Limits
 from ..._models import ExecutionResult
 from ...policy import Policy
 from ..subprocess import SubprocessBoundary
+
+if TYPE_CHECKING:
+    from ...stores import SessionStore
 
 # A result bigger than this (estimated from its text and attachments) goes into the object store and
 # the host returns its reference, so the actor's reply stays small.
@@ -42,8 +47,24 @@ class SessionHost:
     parallel, and `interrupt` reaches a session while its `execute` runs.
     """
 
-    def __init__(self, policy: Policy, limits: Limits, options: dict[str, Any]) -> None:
-        self._boundary = SubprocessBoundary(policy, limits, **options)
+    def __init__(
+        self,
+        policy: Policy,
+        limits: Limits,
+        options: dict[str, Any],
+        store: Callable[[], SessionStore] | None = None,
+        snapshot_key: bytes | str | None = None,
+    ) -> None:
+        self._engine: ReplEngine | None = None
+        self._boundary: BaseBoundary
+        if store is None:
+            self._boundary = SubprocessBoundary(policy, limits, **options)
+        else:
+            # Store-backed sessions: durable sessions work with the in-process boundary only for now,
+            # so they run in this actor's process (already apart from the driver), through an engine
+            # that takes the session's lease, restores it from the store when stale, and saves it.
+            self._engine = ReplEngine(policy, "inprocess", limits, store=store(), snapshot_key=snapshot_key)
+            self._boundary = self._engine.boundary
         self._lock = threading.Lock()
         self._requests: dict[str, ExecutionRequest] = {}  # by request id, while queued or running
         self._cancelled: OrderedDict[str, None] = OrderedDict()  # interrupted before they arrived
@@ -59,7 +80,10 @@ class SessionHost:
                 request.cancelled = True
             self._requests[rid] = request
         try:
-            result = self._boundary.execute(request)
+            if self._engine is not None:
+                result = self._engine._execute(request)  # lease, restore if stale, run, save
+            else:
+                result = self._boundary.execute(request)
         finally:
             with self._lock:
                 del self._requests[rid]
@@ -101,6 +125,8 @@ class SessionHost:
         return None
 
     def close_session(self, session: str) -> bool:
+        if self._engine is not None:
+            return self._engine.close(session)  # the stored snapshot goes too
         return self._boundary.close_session(session)
 
     def sessions(self) -> list[str]:
@@ -113,7 +139,10 @@ class SessionHost:
         return description
 
     def close(self) -> None:
-        self._boundary.close()
+        if self._engine is not None:
+            self._engine.close()
+        else:
+            self._boundary.close()
 
 
 def _size(result: ExecutionResult) -> int:
