@@ -98,7 +98,7 @@ class RayBoundary(BaseBoundary):
         key                names this boundary's sessions in the cluster-wide placement table and its
                            host actors (default: random; give the same key to share nothing else)
         store              a function that opens the session store on a node, e.g.
-                           `lambda: RedisStore.from_url(url)`: sessions then run in-process inside each
+                           `lambda: RedisStore(url)`: sessions then run in-process inside each
                            node's host actor (durable sessions need the in-process boundary for now),
                            are saved after each call, and a lost node's sessions are restored from the
                            store on another node (`session_restored`)
@@ -130,7 +130,7 @@ class RayBoundary(BaseBoundary):
         if store is not None and not callable(store):
             raise TypeError(
                 "store must be a function that opens the store on each node, e.g. "
-                "lambda: RedisStore.from_url(url); a store object holds connections that cannot travel"
+                "lambda: RedisStore(url); a store object holds connections that cannot travel"
             )
         if store is not None and snapshot_key is None:
             raise ValueError("a store needs a snapshot_key shared by every node (at least 16 bytes)")
