@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 try:
     import ray
-    from ray.exceptions import GetTimeoutError, RayActorError
+    from ray.exceptions import GetTimeoutError, RayActorError, RayError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
     from .._exceptions import MissingDependency
@@ -312,7 +312,10 @@ class RayBoundary(BaseBoundary):
         finally:
             state.running = None
         if isinstance(reply, ray.ObjectRef):  # a big result, in the object store
-            reply = ray.get(reply, timeout=_CONTROL_S)
+            try:
+                reply = ray.get(reply, timeout=_CONTROL_S)
+            except RayError as exc:  # its node (which owned it) died between the reply and the fetch
+                raise _Lost(f"its result was lost with its node ({type(exc).__name__})", dead=True) from exc
         if not isinstance(reply, ExecutionResult):
             raise _Lost(f"the host of session {state.name!r} sent {type(reply).__name__}", dead=False)
         return reply
@@ -410,7 +413,15 @@ class RayBoundary(BaseBoundary):
                     .remote(self.policy, self.limits, self._options, self._store, self._snapshot_key)
                 )
         if wait:
-            ray.get(host.ping.remote(), timeout=_START_S)
+            try:
+                ray.get(host.ping.remote(), timeout=_START_S)
+            except (RayActorError, GetTimeoutError) as exc:
+                with self._hosts_lock:
+                    if self._hosts.get(node) is host:
+                        del self._hosts[node]
+                raise BoundaryError(
+                    f"could not start a session host on node {node[:12]} ({_explain(exc)}); try again"
+                ) from None
         return host
 
     def _lose(self, state: _Placed, lost: _Lost) -> str:
@@ -493,6 +504,6 @@ def _died_before(lost: _Lost, sent: float) -> bool:
     return bool(info.get("State") == "DEAD" and end_ms and end_ms / 1000 < sent - _DIED_BEFORE_MARGIN_S)
 
 
-def _explain(exc: RayActorError) -> str:
+def _explain(exc: BaseException) -> str:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"{type(exc).__name__}: {first}"
