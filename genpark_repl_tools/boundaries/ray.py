@@ -437,7 +437,7 @@ class RayBoundary(BaseBoundary):
             why = f"the node holding session {state.name!r} (node {node[:12]}) was lost: {lost}"
         else:
             if host is not None:  # stop whatever it still runs there; the session starts again
-                host.close_session.remote(state.name)
+                host.close_session.remote(state.name, False)  # a stored snapshot stays
             self._placement.forget.remote(self.key, state.name)
             why = f"session {state.name!r} on node {node[:12]} was lost: {lost}"
         state.lost = why[0].upper() + why[1:]

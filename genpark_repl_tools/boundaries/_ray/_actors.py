@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from ..._boundary import BaseBoundary, ExecutionRequest
-from ..._engine import ReplEngine
 from ..._exceptions import ReplError
 from ..._limits import Limits
 from ..._models import ExecutionResult
 from ...policy import Policy
+from ...snapshot._durable import Durability, resolve_key
+from ..inprocess import InProcessBoundary
 from ..subprocess import SubprocessBoundary
 
 if TYPE_CHECKING:
@@ -55,16 +56,17 @@ class SessionHost:
         store: Callable[[], SessionStore] | None = None,
         snapshot_key: bytes | str | None = None,
     ) -> None:
-        self._engine: ReplEngine | None = None
+        self._durable: Durability | None = None
         self._boundary: BaseBoundary
         if store is None:
             self._boundary = SubprocessBoundary(policy, limits, **options)
         else:
             # Store-backed sessions: durable sessions work with the in-process boundary only for now,
-            # so they run in this actor's process (already apart from the driver), through an engine
-            # that takes the session's lease, restores it from the store when stale, and saves it.
-            self._engine = ReplEngine(policy, "inprocess", limits, store=store(), snapshot_key=snapshot_key)
-            self._boundary = self._engine.boundary
+            # so they run in this actor's process (already apart from the driver), through the
+            # engine's durability layer: take the session's lease, restore it when stale, run, save.
+            opened = store()
+            self._boundary = InProcessBoundary(policy, limits)
+            self._durable = Durability(self._boundary, resolve_key(snapshot_key, opened), opened)
         self._lock = threading.Lock()
         self._requests: dict[str, ExecutionRequest] = {}  # by request id, while queued or running
         self._cancelled: OrderedDict[str, None] = OrderedDict()  # interrupted before they arrived
@@ -80,8 +82,8 @@ class SessionHost:
                 request.cancelled = True
             self._requests[rid] = request
         try:
-            if self._engine is not None:
-                result = self._engine._execute(request)  # lease, restore if stale, run, save
+            if self._durable is not None:
+                result = self._durable.run(request, self._boundary.execute)  # lease, restore, run, save
             else:
                 result = self._boundary.execute(request)
         finally:
@@ -122,11 +124,13 @@ class SessionHost:
             self._boundary.reset(session)
         except ReplError as exc:
             return Raised(exc)
+        if self._durable is not None:
+            self._durable.forget(session)  # the stored snapshot goes too
         return None
 
-    def close_session(self, session: str) -> bool:
-        if self._engine is not None:
-            return self._engine.close(session)  # the stored snapshot goes too
+    def close_session(self, session: str, forget: bool = True) -> bool:
+        if self._durable is not None and forget:
+            self._durable.forget(session)  # the stored snapshot goes too
         return self._boundary.close_session(session)
 
     def sessions(self) -> list[str]:
@@ -139,10 +143,9 @@ class SessionHost:
         return description
 
     def close(self) -> None:
-        if self._engine is not None:
-            self._engine.close()
-        else:
-            self._boundary.close()
+        self._boundary.close()
+        if self._durable is not None and self._durable.store is not None:
+            self._durable.store.close()
 
 
 def _size(result: ExecutionResult) -> int:
