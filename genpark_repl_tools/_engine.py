@@ -560,4 +560,10 @@ def _make_boundary(name: str, policy: Policy, limits: Limits, options: dict[str,
         from .boundaries.subprocess import SubprocessBoundary
 
         return SubprocessBoundary(policy, limits, **options)
-    raise ValueError(f"unknown boundary {name!r}; choose 'inprocess' or 'subprocess', or pass a BaseBoundary")
+    if name == "ray":
+        from .boundaries.ray import RayBoundary  # MissingDependency without the `ray` extra
+
+        return RayBoundary(policy, limits, **options)
+    raise ValueError(
+        f"unknown boundary {name!r}; choose 'inprocess', 'subprocess' or 'ray', or pass a BaseBoundary"
+    )

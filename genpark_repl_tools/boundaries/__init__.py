@@ -3,9 +3,11 @@
     genpark_repl_tools.boundaries.inprocess.InProcessBoundary    the caller's process (the default)
     genpark_repl_tools.boundaries.subprocess.SubprocessBoundary  a sandboxed worker process per session
     genpark_repl_tools.boundaries.mock.MockBoundary              runs nothing; answers with a handler
+    genpark_repl_tools.boundaries.ray.RayBoundary                sessions over a Ray cluster (extra `ray`)
 
 The contract they share (`BaseBoundary`, `ExecutionRequest`) is in `genpark_repl_tools._boundary`.
-The subprocess boundary is imported on first use (`ReplEngine(boundary="subprocess")` does it).
+The subprocess and Ray boundaries are imported on first use (`ReplEngine(boundary="subprocess")` does it);
+Ray itself is imported only by the Ray boundary.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from .inprocess import InProcessBoundary
 from .mock import MockBoundary
 
 if TYPE_CHECKING:
+    from .ray import RayBoundary
     from .subprocess import SubprocessBoundary
 
-__all__ = ["InProcessBoundary", "MockBoundary", "SubprocessBoundary"]
+__all__ = ["InProcessBoundary", "MockBoundary", "RayBoundary", "SubprocessBoundary"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,4 +29,8 @@ def __getattr__(name: str) -> Any:
         from .subprocess import SubprocessBoundary
 
         return SubprocessBoundary
+    if name == "RayBoundary":
+        from .ray import RayBoundary
+
+        return RayBoundary
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

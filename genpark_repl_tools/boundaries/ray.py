@@ -1,0 +1,509 @@
+"""The Ray boundary: sessions spread over the nodes of a Ray cluster, each node running them in a
+sandboxed subprocess boundary of its own.
+
+    ReplEngine(boundary="ray", address="ray://head:10001", sessions_per_node=200)
+    RayBoundary(Policy.preset("untrusted"), Limits(timeout_s=5), address="auto")
+
+See docs/ray.md for what each node needs, placement, node loss and sizing. Needs the `ray` extra
+(`pip install genpark-repl-tools[ray]`); nothing else in the package imports Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+try:
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError, RayError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
+    from .._exceptions import MissingDependency
+
+    raise MissingDependency(
+        "the ray boundary needs Ray: install genpark-repl-tools[ray]", name="ray"
+    ) from exc
+
+from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
+from .._exceptions import BoundaryError, CapacityError
+from .._limits import Limits
+from .._models import ErrorInfo, ExecutionResult, VariableInfo
+from .._session import DESCRIBE_BUDGET_S, SessionTable, not_defined
+from ..policy import Policy
+from ._ray._actors import Placement, Raised, SessionHost
+from ._subprocess import _claims
+
+if TYPE_CHECKING:
+    from ..stores import SessionStore
+
+__all__ = ["RayBoundary"]
+
+NAMESPACE = "genpark-repl"
+PLACEMENT_NAME = "genpark-repl-placement"
+# How often a waiting caller checks that the host of its call is alive (a ping the host answers while
+# the call runs). Ray reports a dead actor at once, so a lost node is noticed within about this long.
+_POLL_S = 0.25
+# Room beyond a call's own deadline (timeout + kill grace) for the host's reply to arrive.
+_REPLY_SLACK_S = 1.0
+# Bound on small control calls (ping, interrupt, close_session, placement).
+_CONTROL_S = 10.0
+# A call runs again on another node only if Ray recorded its host's death (on the head node's clock)
+# this long before the call was sent (on the driver's clock); see docs/ray.md on clock skew.
+_DIED_BEFORE_MARGIN_S = 0.0
+_START_S = 120.0  # a new host: a worker process on its node, then its zygote
+_HEAD = "node:__internal_head__"  # a resource only the head node has
+_LOST_HINT = "The session's variables are gone; re-create what you need."
+
+
+class _Lost(Exception):
+    """The host of a call is gone (its node or its actor died) or did not answer in time."""
+
+    def __init__(self, why: str, *, dead: bool, actor_id: str | None = None) -> None:
+        super().__init__(why)
+        self.dead = dead  # the host itself is gone (else: only this call went unanswered)
+        self.actor_id = actor_id  # the dead host's actor id, when Ray said which
+
+
+class _Placed:
+    """The driver's view of one session: its node and host, lock, and the call in flight."""
+
+    __slots__ = ("abandoned", "host", "lock", "lost", "name", "node", "running")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lock = threading.Lock()
+        self.node: str | None = None
+        self.host: Any = None
+        self.lost: str | None = None  # why the next call starts the session again, empty
+        self.running: tuple[ExecutionRequest, str] | None = None  # (request, request id)
+        self.abandoned: list[Any] = []  # refs of calls the caller stopped waiting for
+
+
+class RayBoundary(BaseBoundary):
+    """Places each session on one node of a Ray cluster; the node runs it in a SubprocessBoundary.
+
+    Security model: that of the subprocess boundary, on every node (the same sandbox, checked on each
+    node by `describe()`), plus Ray's own: anyone who can reach the cluster can run code on it, so the
+    cluster must be private (see docs/ray.md).
+
+    Options (all keyword):
+        address            Ray cluster address for ray.init when Ray is not initialized yet
+                           (None: a running cluster if there is one, else a local one)
+        sessions_per_node  sessions one node holds at most (None: no cap); CapacityError when every
+                           node is full
+        key                names this boundary's sessions in the cluster-wide placement table and its
+                           host actors (default: random; give the same key to share nothing else)
+        store              a function that opens the session store on a node, e.g.
+                           `lambda: RedisStore(url)`: sessions then run in-process inside each
+                           node's host actor (durable sessions need the in-process boundary for now),
+                           are saved after each call, and a lost node's sessions are restored from the
+                           store on another node (`session_restored`)
+        snapshot_key       the HMAC key of the snapshots (required with a store; same on every node)
+        host_cpus          CPUs each host actor reserves on its node (default 0: the workers it starts
+                           are not Ray tasks, size nodes for them instead)
+        host_concurrency   calls one host runs at once (threads of the actor)
+        **subprocess       every SubprocessBoundary option (session_ttl_s, max_workers, preload, ...),
+                           applied on each node
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        policy: Policy,
+        limits: Limits,
+        *,
+        address: str | None = None,
+        sessions_per_node: int | None = 64,
+        key: str | None = None,
+        store: Callable[[], SessionStore] | None = None,
+        snapshot_key: bytes | str | None = None,
+        host_cpus: float = 0.0,
+        host_concurrency: int = 64,
+        **subprocess_options: Any,
+    ) -> None:
+        super().__init__(policy, limits)
+        if store is not None and not callable(store):
+            raise TypeError(
+                "store must be a function that opens the store on each node, e.g. "
+                "lambda: RedisStore(url); a store object holds connections that cannot travel"
+            )
+        if store is not None and snapshot_key is None:
+            raise ValueError("a store needs a snapshot_key shared by every node (at least 16 bytes)")
+        if sessions_per_node is not None and sessions_per_node <= 0:
+            raise ValueError("sessions_per_node must be positive or None")
+        if host_concurrency < 2:
+            raise ValueError("host_concurrency must be >= 2 (interrupts reach a host while it runs a call)")
+        if not ray.is_initialized():
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        self.sessions_per_node = sessions_per_node
+        self.key = key or uuid.uuid4().hex[:12]
+        self._options = subprocess_options
+        self._store = store
+        self._snapshot_key = snapshot_key
+        self._host_cpus = host_cpus
+        self._host_concurrency = host_concurrency
+        self._kill_grace_s = float(subprocess_options.get("kill_grace_s", 0.25))
+        self._sessions: SessionTable[_Placed] = SessionTable(limits.max_sessions)
+        self._hosts: dict[str, Any] = {}  # node id -> host actor, guarded by _hosts_lock
+        self._hosts_lock = threading.Lock()
+        self._placement: Any = _placement_actor()
+        # Start a host on every live node now, so a new session does not wait for one.
+        try:
+            nodes = self._live_nodes()
+            handles = [self._host(node, wait=False) for node in nodes]
+            ray.get([h.ping.remote() for h in handles], timeout=_START_S)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- contract -------------------------------------------------------------------------------
+
+    def execute(self, request: ExecutionRequest) -> ExecutionResult:
+        self._check_open()
+        with self._sessions.lock:
+            self._check_open()
+            state = self._sessions.get_or_create(request.session, _Placed)
+        with state.lock:
+            if request.cancelled:
+                return cancelled_before_start(request, self.policy.name, self.name)
+            self._settle(state)
+            lost_why = state.lost if state.host is None else None  # why the session was lost
+            for attempt in range(2):
+                if state.host is None:
+                    self._place(state)
+                started, sent = time.monotonic(), time.time()
+                try:
+                    result = self._call(state, request)
+                except _Lost as lost:
+                    why = self._lose(state, lost)
+                    if self._closed:
+                        return self._closed_result(request, started)
+                    if attempt == 0 and _died_before(lost, sent):
+                        lost_why = f"{why}; this code ran on another node"
+                        continue
+                    return self._lost_result(request, why, started)
+                state.lost = None
+                result.boundary = self.name
+                if lost_why is not None:
+                    if result.session_restored is not None:  # a store brought it back: not a restart
+                        result.notes.insert(0, f"{lost_why}. The session was restored from the store.")
+                    else:
+                        result.notes.insert(0, f"{lost_why}. The session restarted empty.")
+                        result.session_restarted = True
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def interrupt(self, session: str, request: ExecutionRequest | None = None) -> bool:
+        state = self._sessions.find(session)
+        if state is None:
+            return False
+        running, host = state.running, state.host
+        if running is None or host is None or (request is not None and running[0] is not request):
+            return False
+        try:
+            return bool(ray.get(host.interrupt.remote(session, running[1]), timeout=_CONTROL_S))
+        except (RayActorError, GetTimeoutError):
+            return False
+
+    def variables(self, session: str, *, include_hidden: bool = False) -> list[VariableInfo]:
+        state = self._get(session)
+        with state.lock:
+            self._settle(state)
+            if state.host is None:
+                return []
+            reply = self._control(state, state.host.variables.remote(session, include_hidden))
+            return list(reply)
+
+    def inspect(self, session: str, name: str) -> VariableInfo:
+        state = self._get(session)
+        with state.lock:
+            self._settle(state)
+            if state.host is None:
+                raise not_defined(name, session)
+            info: VariableInfo = self._control(state, state.host.inspect.remote(session, name))
+            return info
+
+    def reset(self, session: str) -> None:
+        state = self._get(session)
+        with state.lock:
+            self._settle(state)
+            if state.host is not None:
+                self._control(state, state.host.reset.remote(session))
+            state.lost = None
+
+    def close_session(self, session: str) -> bool:
+        state = self._sessions.pop(session)
+        if state is None:
+            return False
+        host = state.host
+        if host is not None:
+            running = state.running
+            if running is not None:
+                host.interrupt.remote(session, running[1])
+            with contextlib.suppress(RayActorError, GetTimeoutError):  # its node is gone, and the session
+                ray.get(host.close_session.remote(session), timeout=_CONTROL_S)
+        self._placement.forget.remote(self.key, session)
+        return True
+
+    def sessions(self) -> list[str]:
+        return self._sessions.names()
+
+    def describe(self) -> dict[str, Any]:
+        with self._hosts_lock:
+            hosts = dict(self._hosts)
+        nodes: dict[str, Any] = {}
+        for node, host in hosts.items():
+            try:
+                nodes[node] = ray.get(host.describe.remote(), timeout=_CONTROL_S)
+            except (RayActorError, GetTimeoutError) as exc:
+                nodes[node] = {"error": type(exc).__name__}
+        return {
+            "boundary": self.name,
+            "policy": self.policy.name,
+            "key": self.key,
+            "sessions_per_node": self.sessions_per_node,
+            "placement": self._placement_call("table", self.key),
+            "nodes": nodes,
+        }
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        states = self._sessions.clear()
+        with self._hosts_lock:
+            hosts = list(self._hosts.values())
+            self._hosts.clear()
+        closing = [host.close.remote() for host in hosts]
+        if closing:
+            ray.wait(closing, num_returns=len(closing), timeout=_CONTROL_S)
+        for state in states:  # let the calls that were running get their answer (SessionClosed)
+            if state.lock.acquire(timeout=_CONTROL_S):
+                state.lock.release()
+        for host in hosts:
+            ray.kill(host, no_restart=True)
+        self._placement.forget_key.remote(self.key)
+
+    # ---- calls ----------------------------------------------------------------------------------
+
+    def _call(self, state: _Placed, request: ExecutionRequest) -> ExecutionResult:
+        host = state.host
+        timeout = request.timeout_s if request.timeout_s is not None else self.limits.timeout_s
+        rid = uuid.uuid4().hex
+        ref = host.execute.remote(state.name, request.code, request.timeout_s, rid)
+        state.running = (request, rid)
+        try:
+            if request.cancelled:  # cancelled between the check in execute and `running` being set
+                host.interrupt.remote(state.name, rid)
+            reply = self._wait(host, ref, time.monotonic() + timeout + self._kill_grace_s + _REPLY_SLACK_S)
+        except _Lost:
+            raise
+        except BaseException:
+            # The caller stopped waiting (Ctrl-C, a cancelled task): stop the code; the session's next
+            # call waits for it (bounded) before it runs.
+            host.interrupt.remote(state.name, rid)
+            state.abandoned.append(ref)
+            raise
+        finally:
+            state.running = None
+        if isinstance(reply, ray.ObjectRef):  # a big result, in the object store
+            try:
+                reply = ray.get(reply, timeout=_CONTROL_S)
+            except RayError as exc:  # its node (which owned it) died between the reply and the fetch
+                raise _Lost(f"its result was lost with its node ({type(exc).__name__})", dead=True) from exc
+        if not isinstance(reply, ExecutionResult):
+            raise _Lost(f"the host of session {state.name!r} sent {type(reply).__name__}", dead=False)
+        return reply
+
+    def _wait(self, host: Any, ref: Any, deadline: float) -> Any:
+        """The reply to `ref`, or _Lost once its host is dead or the deadline has passed.
+
+        One blocking get per poll (a fast call costs a single round trip); while the call runs, a
+        ping checks every poll that its host is alive, since Ray fails calls to a dead actor at once.
+        """
+        ping: Any = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Lost("the node holding the session did not answer in time", dead=False)
+            try:
+                return ray.get(ref, timeout=min(_POLL_S, remaining))
+            except GetTimeoutError:
+                pass
+            except RayActorError as exc:
+                raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
+            try:
+                if ping is not None and ray.wait([ping], timeout=0)[0]:
+                    ray.get(ping, timeout=_CONTROL_S)
+                    ping = None
+                if ping is None:
+                    ping = host.ping.remote()
+            except RayActorError as exc:
+                raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
+            except GetTimeoutError as exc:
+                raise _Lost("the node holding the session did not answer in time", dead=False) from exc
+
+    def _control(self, state: _Placed, ref: Any) -> Any:
+        """A query's reply (variables, inspect, reset), bounded; a lost host loses the session."""
+        budget = min(self.limits.timeout_s, DESCRIBE_BUDGET_S) + 2.0 + self._kill_grace_s + _REPLY_SLACK_S
+        try:
+            reply = self._wait(state.host, ref, time.monotonic() + budget)
+        except _Lost as lost:
+            why = self._lose(state, lost)
+            raise BoundaryError(f"{why}; the session restarts empty on its next run") from None
+        if isinstance(reply, Raised):
+            raise reply.error
+        return reply
+
+    def _settle(self, state: _Placed) -> None:
+        """Wait (bounded) for calls the caller abandoned: they were interrupted and end soon."""
+        if state.abandoned:
+            bound = 0.25 + self._kill_grace_s + _REPLY_SLACK_S + _CONTROL_S
+            ray.wait(state.abandoned, num_returns=len(state.abandoned), timeout=bound)
+            state.abandoned.clear()
+
+    # ---- placement ------------------------------------------------------------------------------
+
+    def _live_nodes(self) -> list[str]:
+        return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))  # type: ignore[no-untyped-call]
+
+    def _place(self, state: _Placed) -> None:
+        nodes = self._live_nodes()
+        node: str | None = self._placement_call("place", self.key, state.name, nodes, self.sessions_per_node)
+        if node is None:
+            raise CapacityError(
+                f"every live node ({len(nodes)}) holds {self.sessions_per_node} sessions "
+                "(sessions_per_node); close sessions or add nodes"
+            )
+        state.node, state.host = node, self._host(node)
+
+    def _placement_call(self, method: str, *args: Any) -> Any:
+        """Call the placement table; if its actor was lost (or restarted empty), give it this
+        boundary's placements again and call once more."""
+        try:
+            return ray.get(getattr(self._placement, method).remote(*args), timeout=_CONTROL_S)
+        except RayActorError:
+            self._placement = _placement_actor()
+            table = {s.name: s.node for s in self._sessions.values() if s.node is not None}
+            ray.get(self._placement.adopt.remote(self.key, table), timeout=_CONTROL_S)
+            return ray.get(getattr(self._placement, method).remote(*args), timeout=_CONTROL_S)
+
+    def _host(self, node: str, *, wait: bool = True) -> Any:
+        host: Any
+        with self._hosts_lock:
+            self._check_open()
+            host = self._hosts.get(node)
+            if host is None:
+                host = self._hosts[node] = (
+                    ray.remote(SessionHost)
+                    .options(
+                        name=f"genpark-repl-host-{self.key}-{node[:16]}",
+                        namespace=NAMESPACE,
+                        get_if_exists=True,
+                        num_cpus=self._host_cpus,
+                        max_concurrency=self._host_concurrency,
+                        max_restarts=0,
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                    )
+                    .remote(self.policy, self.limits, self._options, self._store, self._snapshot_key)
+                )
+        if wait:
+            try:
+                ray.get(host.ping.remote(), timeout=_START_S)
+            except (RayActorError, GetTimeoutError) as exc:
+                with self._hosts_lock:
+                    if self._hosts.get(node) is host:
+                        del self._hosts[node]
+                raise BoundaryError(
+                    f"could not start a session host on node {node[:12]} ({_explain(exc)}); try again"
+                ) from None
+        return host
+
+    def _lose(self, state: _Placed, lost: _Lost) -> str:
+        """Forget what a lost host held; the sentence that says so."""
+        node = state.node or "?"
+        host = state.host
+        state.host, state.node = None, None
+        if lost.dead:
+            with self._hosts_lock:
+                if self._hosts.get(node) is host:
+                    del self._hosts[node]
+            self._placement.drop_node.remote(node)
+            why = f"the node holding session {state.name!r} (node {node[:12]}) was lost: {lost}"
+        else:
+            if host is not None:  # stop whatever it still runs there; the session starts again
+                host.close_session.remote(state.name, False)  # a stored snapshot stays
+            self._placement.forget.remote(self.key, state.name)
+            why = f"session {state.name!r} on node {node[:12]} was lost: {lost}"
+        state.lost = why[0].upper() + why[1:]
+        return why
+
+    # ---- results --------------------------------------------------------------------------------
+
+    def _lost_result(self, request: ExecutionRequest, why: str, started: float) -> ExecutionResult:
+        return ExecutionResult(
+            status="crashed",
+            session=request.session,
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
+            policy=self.policy.name,
+            boundary=self.name,
+            error=ErrorInfo(type="SessionLost", message=why, hint=_LOST_HINT),
+        )
+
+    def _closed_result(self, request: ExecutionRequest, started: float) -> ExecutionResult:
+        elapsed = time.monotonic() - started
+        status, error = _claims.lost_call("closed", None, elapsed, elapsed, self.limits)
+        return ExecutionResult(
+            status=status,
+            session=request.session,
+            duration_ms=round(elapsed * 1000, 3),
+            policy=self.policy.name,
+            boundary=self.name,
+            error=error,
+        )
+
+    def _get(self, session: str) -> _Placed:
+        self._check_open()
+        return self._sessions.get(session)
+
+
+def _placement_actor() -> Any:
+    """The cluster's placement table: a named detached actor on the head node (created if need be)."""
+    return (
+        ray.remote(Placement)
+        .options(
+            name=PLACEMENT_NAME,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            resources={_HEAD: 0.001},
+            max_restarts=-1,
+        )
+        .remote()
+    )
+
+
+def _died_before(lost: _Lost, sent: float) -> bool:
+    """Whether Ray recorded the death of the call's host before the call was sent: then the code
+    never ran there, and running it on another node runs it once. Unknown counts as no."""
+    if not lost.dead or not lost.actor_id:
+        return False
+    try:
+        from ray._private.state import actors  # the GCS actor table (ray.util.state needs the dashboard)
+
+        info = actors(lost.actor_id)
+    except Exception:  # a private API: if it moves, the call is reported lost instead of rerun
+        return False
+    end_ms = info.get("EndTime") if isinstance(info, dict) else None
+    return bool(info.get("State") == "DEAD" and end_ms and end_ms / 1000 < sent - _DIED_BEFORE_MARGIN_S)
+
+
+def _explain(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{type(exc).__name__}: {first}"

@@ -1,0 +1,118 @@
+"""The Ray boundary on a real two-node local cluster: placement, isolation, capacity, big results."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _ray_cluster import ray, ray_cluster_fixture  # noqa: F401 (the ray_cluster fixture)
+
+from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools._exceptions import CapacityError, MissingDependency
+
+
+@pytest.fixture
+def make_engine(ray_cluster: Any) -> Iterator[Any]:
+    engines: list[ReplEngine] = []
+
+    def make(**kwargs: Any) -> ReplEngine:
+        kwargs.setdefault("policy", "trusted")
+        engines.append(ReplEngine(boundary="ray", **kwargs))
+        return engines[-1]
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def _placement(engine: ReplEngine) -> dict[str, str]:
+    placement: dict[str, str] = engine.boundary.describe()["placement"]
+    return placement
+
+
+def test_sessions_spread_over_nodes_and_stick(make_engine: Any) -> None:
+    engine = make_engine()
+    for session in ("a", "b"):
+        assert engine.run(f"name = {session!r}", session=session).status == "ok"
+    placement = _placement(engine)
+    live = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert set(placement) == {"a", "b"}
+    assert set(placement.values()) == live and len(live) == 2  # one session on each node
+    for _ in range(3):  # later calls stay where the session is
+        assert engine.run("name", session="a").value == "'a'"
+    assert _placement(engine) == placement
+    described = engine.boundary.describe()["nodes"]
+    assert set(described) == live
+    assert all(d["boundary"] == "subprocess" and d["node"] == node for node, d in described.items())
+
+
+def test_sessions_on_one_node_are_isolated(make_engine: Any) -> None:
+    engine = make_engine(sessions_per_node=None)
+    for i in range(4):
+        engine.run(f"import os\nsecret = {i}", session=f"s{i}")
+    placement = _placement(engine)
+    by_node: dict[str, list[str]] = {}
+    for session, node in placement.items():
+        by_node.setdefault(node, []).append(session)
+    first, second = next(sessions for sessions in by_node.values() if len(sessions) >= 2)[:2]
+    # Each session has its own worker process and namespace, on the same node.
+    assert engine.run("secret", session=second).value == second[1:]
+    assert engine.run("del secret", session=first).status == "ok"
+    assert engine.run("secret", session=second).value == second[1:]
+    pids = {engine.run("os.getpid()", session=s).value for s in (first, second)}
+    assert len(pids) == 2
+    result = engine.run("secret", session=first)
+    assert result.error is not None and result.error.type == "NameError"
+
+
+def test_sessions_per_node_caps_placement(make_engine: Any) -> None:
+    engine = make_engine(sessions_per_node=1)
+    engine.run("1", session="one")
+    engine.run("1", session="two")
+    with pytest.raises(CapacityError, match="sessions_per_node"):
+        engine.run("1", session="three")
+    assert engine.close("one") is True
+    assert engine.run("3", session="three").value == "3"  # the freed room is used
+
+
+def test_big_results_travel_through_the_object_store(make_engine: Any) -> None:
+    engine = make_engine(limits=Limits(max_output_chars=1_000_000))
+    result = engine.run("print('x' * 300_000)", session="big")
+    assert (result.status, len(result.stdout), result.stdout_truncated) == ("ok", 300_001, False)
+    small = engine.run("print('y')", session="big")
+    assert small.stdout == "y\n"
+    counts = [d["big_results"] for d in engine.boundary.describe()["nodes"].values()]
+    assert sum(counts) == 1
+
+
+def test_two_boundaries_share_the_cluster_not_their_sessions(make_engine: Any) -> None:
+    first, second = make_engine(), make_engine()
+    first.run("x = 'first'", session="same")
+    result = second.run("x", session="same")
+    assert result.error is not None and result.error.type == "NameError"
+    assert first.run("x", session="same").value == "'first'"
+
+
+def test_core_never_imports_ray() -> None:
+    code = (
+        "import sys\n"
+        "from genpark_repl_tools import ReplEngine\n"
+        "with ReplEngine(boundary='subprocess') as e:\n"
+        "    assert e.run('1 + 1').value == '2'\n"
+        "import genpark_repl_tools.boundaries, genpark_repl_tools.tools\n"
+        "print('ray' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "False"
+
+
+def test_missing_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as if it were not installed
+    monkeypatch.delitem(sys.modules, "genpark_repl_tools.boundaries.ray", raising=False)
+    with pytest.raises(MissingDependency, match=r"install genpark-repl-tools\[ray\]"):
+        ReplEngine(boundary="ray")

@@ -1,0 +1,65 @@
+"""With a session store, a session whose node is lost comes back on another node from the store.
+
+The store is SQLite on a path every node can reach (all nodes of the local cluster share this machine).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _ray_cluster import NODE_ARGS, ray, ray_cluster_fixture  # noqa: F401 (the ray_cluster fixture)
+
+from genpark_repl_tools import Limits, Policy, ReplEngine
+from genpark_repl_tools.boundaries.ray import RayBoundary
+from genpark_repl_tools.stores.sqlite import SQLiteStore
+
+WAIT_S = 60.0
+KEY = "ray-store-test-key-0123456789"
+
+
+@pytest.fixture
+def durable(ray_cluster: Any, tmp_path: Path) -> Iterator[tuple[ReplEngine, Any, str]]:
+    node = ray_cluster.add_node(**NODE_ARGS)
+    ray_cluster.wait_for_nodes(timeout=WAIT_S)
+    path = tmp_path / "sessions.db"
+    boundary = RayBoundary(
+        Policy.preset("trusted"), Limits(timeout_s=5.0), store=lambda: SQLiteStore(path), snapshot_key=KEY
+    )
+    engine = ReplEngine(boundary=boundary)
+    try:
+        for i in range(3):
+            engine.run(f"tag = {i}", session=f"s{i}")
+        placement = engine.boundary.describe()["placement"]
+        session = next(s for s, n in placement.items() if n == node.node_id)
+        yield engine, node, session
+    finally:
+        engine.close()
+        if node in ray_cluster.worker_nodes:
+            ray_cluster.remove_node(node)
+
+
+def test_session_is_restored_on_another_node_after_node_loss(
+    ray_cluster: Any, durable: tuple[ReplEngine, Any, str]
+) -> None:
+    engine, node, session = durable
+    assert engine.run("data = {'answer': 41}", session=session).status == "ok"
+    ray_cluster.remove_node(node)
+    deadline = time.monotonic() + WAIT_S
+    while any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+        assert time.monotonic() < deadline, "Ray never noticed the node was removed"
+        time.sleep(0.01)
+    result = engine.run("data['answer'] + 1", session=session)
+    assert (result.status, result.value) == ("ok", "42")
+    assert result.session_restored is not None and "data" in result.session_restored.restored
+    assert result.session_restarted is False
+    assert any("restored from the store" in note for note in result.notes)
+    assert engine.boundary.describe()["placement"][session] != node.node_id
+
+
+def test_store_must_be_a_factory(ray_cluster: Any, tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "s.db") as store, pytest.raises(TypeError, match="function that opens"):
+        RayBoundary(Policy.preset("trusted"), Limits(), store=store, snapshot_key=KEY)  # type: ignore[arg-type]
