@@ -428,7 +428,7 @@ class SubprocessBoundary(BaseBoundary):
         state.running = request
         try:
             if worker.pid is None:
-                self._await_ready(state, worker)
+                self._await_ready(state, worker, out, err)  # the cell's first output may come with READY
                 state.lost = None  # the fresh worker knows (restarted=...) and reports it in this result
             if request.cancelled:  # cancelled between the check above and `running` being set
                 self.interrupt(state.name, request)
@@ -515,9 +515,15 @@ class SubprocessBoundary(BaseBoundary):
         worker = state.worker = self._pool.start(state.name, state.workspace, restarted=restarted)
         return worker
 
-    def _await_ready(self, state: _SessionState, worker: WorkerHandle) -> None:
+    def _await_ready(
+        self,
+        state: _SessionState,
+        worker: WorkerHandle,
+        out: OutputSink | None = None,
+        err: OutputSink | None = None,
+    ) -> None:
         try:
-            self._pool.await_ready(state.name, worker)
+            self._pool.await_ready(state.name, worker, out, err)
         except BaseException:
             if state.worker is worker:  # the pool retired it
                 state.worker = None

@@ -355,7 +355,54 @@ def _tree_refusal(tree: ast.AST, rules: _Rules) -> str | None:
         if top.args.defaults or top.args.kw_defaults or top.returns is not None:
             return "its factory has defaults or annotations"
         return checker.check_function(top.body[0], outer)
+    if isinstance(top, ast.FunctionDef) and top.name == _FACTORY and not top.decorator_list:
+        # dataclasses on Python 3.13+: one factory makes every method and returns them as a tuple;
+        # a method may be decorated by calling one of the factory's values (its recursive_repr).
+        return _many_methods_refusal(top, checker)
     return "it is not generated code of a known shape"
+
+
+def _many_methods_refusal(factory: ast.FunctionDef, checker: _GeneratedCode) -> str | None:
+    *methods, last = factory.body
+    names = [m.name for m in methods if isinstance(m, ast.FunctionDef)]
+    if (
+        not methods
+        or len(names) != len(methods)
+        or not isinstance(last, ast.Return)
+        or not isinstance(last.value, ast.Tuple)
+        or [e.id if isinstance(e, ast.Name) else None for e in last.value.elts] != names
+    ):
+        return "it is not generated code of a known shape"
+    outer = _params(factory.args)
+    if outer is None:
+        return "its parameters are not plain names"
+    if factory.args.defaults or factory.args.kw_defaults or factory.returns is not None:
+        return "its factory has defaults or annotations"
+    for method in methods:
+        assert isinstance(method, ast.FunctionDef)
+        for decorator in method.decorator_list:
+            if not (
+                isinstance(decorator, ast.Call)
+                and isinstance(decorator.func, ast.Name)
+                and decorator.func.id in outer
+                and not decorator.args
+                and not decorator.keywords
+            ):
+                return "a generated method is decorated by something the generator did not pass in"
+        plain = ast.FunctionDef(
+            name=method.name,
+            args=method.args,
+            body=method.body,
+            decorator_list=[],
+            returns=method.returns,
+            type_comment=None,
+            lineno=method.lineno,
+            col_offset=method.col_offset,
+        )
+        refusal = checker.check_function(plain, outer)
+        if refusal is not None:
+            return refusal
+    return None
 
 
 def _type_expression_refusal(node: ast.AST, rules: _Rules) -> str | None:

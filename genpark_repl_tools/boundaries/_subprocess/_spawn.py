@@ -182,11 +182,17 @@ class WorkerPool:
                 self._starting -= 1
         return worker
 
-    def await_ready(self, session: str, worker: WorkerHandle) -> None:
-        """Wait for the worker's READY; retire it and raise BoundaryError if it does not come."""
-        err = OutputSink(4000)
+    def await_ready(
+        self, session: str, worker: WorkerHandle, out: OutputSink | None = None, err: OutputSink | None = None
+    ) -> None:
+        """Wait for the worker's READY; retire it and raise BoundaryError if it does not come.
+
+        `out`/`err` are the sinks of the call that started the worker: it was sent before READY
+        arrives, so its first output can be read in the same wait and must not be dropped.
+        """
+        err = err if err is not None else OutputSink(4000)
         try:
-            reply = worker.wait(time.monotonic() + START_TIMEOUT_S, None, err)
+            reply = worker.wait(time.monotonic() + START_TIMEOUT_S, out, err)
         except BaseException:
             self.retire(worker, drain=(None, None))  # nothing in it yet worth keeping
             raise
