@@ -152,8 +152,8 @@ def _bench(rest: list[str]) -> int:
 # ---- test-matrix: the suite on every Python the package claims -------------------------------------
 # requires-python's floor up to the newest CPython we support. The oldest and newest run everything; the
 # others run the core suite in a venv without any framework (the core must not need one).
-MATRIX = ("3.10", "3.11", "3.12", "3.13")
-FULL_ON = ("3.10", "3.13")
+MATRIX = ("3.10", "3.11", "3.12")
+FULL_ON = ("3.10", "3.12")
 CORE_ARGS = ["-e", ".[sandbox]", "-r", "requirements/core.txt"]
 # The core suite: everything under tests/ that needs no framework. The MCP tests need the mcp extra and
 # the LangChain example needs LangChain; the full runs cover both.
@@ -161,13 +161,20 @@ CORE_PYTEST = [
     "tests",
     "--ignore=tests/mcp",
     "--ignore=tests/frontends",
+    "--ignore=tests/files/test_frontend_files.py",
+    "--ignore=tests/files/test_mcp_files.py",
+    "--ignore=tests/durable/test_adapters_store.py",
+    "--ignore=tests/boundaries/test_ray_conformance.py",
+    "--ignore=tests/boundaries/test_ray_cluster.py",
+    "--ignore=tests/boundaries/test_ray_node_loss.py",
+    "--ignore=tests/boundaries/test_ray_store.py",
     "--deselect=tests/examples/test_examples.py::test_langchain_agent_offline",
 ]
 FRAMEWORKS = ("langchain_core", "langchain", "llama_index", "mcp")
 
 
 def _claimed_floor() -> str:
-    match = re.search(r'requires-python\s*=\s*">=\s*(\d+\.\d+)"', (ROOT / "pyproject.toml").read_text())
+    match = re.search(r'requires-python\s*=\s*">=\s*(\d+\.\d+)', (ROOT / "pyproject.toml").read_text())
     if not match:
         raise SystemExit('test-matrix: pyproject.toml has no requires-python = ">=3.X"')
     return match.group(1)
