@@ -353,6 +353,8 @@ def _exception_only(exc: BaseException, ns: dict[str, Any]) -> str:
         # the interpreter's excepthook, so add it here when missing.
         te = _traceback.TracebackException(type(exc), exc, exc.__traceback__, lookup_lines=False)
         text = "".join(te.format_exception_only()).rstrip("\n")
+        # An exception whose str() fails reads the same on every Python (3.10 words it differently).
+        text = text.replace(f"<unprintable {type(exc).__name__} object>", "<exception str() failed>")
         if "Did you mean" not in text:
             suggestion = _suggest(exc, ns)
             if suggestion:

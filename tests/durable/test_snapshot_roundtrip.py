@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Iterator
 
 import pytest
@@ -119,7 +120,25 @@ def test_classes_instances_and_dataclasses(engines: list[ReplEngine], policy: st
     assert value(engine, "Point(6, 8).norm()") == "20.0"
 
 
-@pytest.mark.parametrize("policy", ["standard", "trusted"])
+# The restricted loader's reviewed pandas reconstructors are pandas 3's; pandas 2 (all Python 3.10 has)
+# pickles DataFrames through functions it does not admit, so under `standard` they are not saved.
+_OLD_PANDAS = int(importlib.metadata.version("pandas").split(".")[0]) < 3
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        pytest.param(
+            "standard",
+            marks=pytest.mark.xfail(
+                _OLD_PANDAS,
+                reason="pandas < 3: DataFrames are not admitted by the restricted loader",
+                strict=True,
+            ),
+        ),
+        "trusted",
+    ],
+)
 def test_arrays_and_dataframes_out_of_band(engines: list[ReplEngine], policy: str) -> None:
     code = (
         "import numpy as np\nimport pandas as pd\n"

@@ -478,6 +478,8 @@ def admitted_modules(policy: Policy) -> Iterable[str]:
 REVIEWED: dict[str, str] = {
     "uuid.getnode": "caches the host's MAC address in a module global: the same value for everyone",
     "uuid.uuid1": "calls getnode() (above)",
+    "urllib.parse.quote_from_bytes": "memoizes quoters per set of safe characters in a module global "
+    "(Python 3.10's pathlib exposes it as pathlib.urlquote_from_bytes): the same result for everyone",
     "base64.b85encode": "builds its lookup tables once in module globals",
     "base64.b85decode": "builds its lookup tables once in module globals",
     "base64.a85encode": "builds its lookup tables once in module globals",

@@ -18,6 +18,10 @@ from _reachability import REVIEWED, Walk, reviewed_ids, session_roots, walk
 
 from genpark_repl_tools.policy import Policy
 
+# The walk touches every public attribute, deprecated aliases included (numpy.linalg.linalg on some
+# versions warns when read): a warning on the way is not a route.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
 
 @pytest.mark.parametrize("policy", [Policy.strict(), Policy.standard()], ids=["strict", "standard"])
 def test_no_route_is_reachable(policy: Policy) -> None:
