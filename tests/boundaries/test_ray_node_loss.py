@@ -104,8 +104,14 @@ def test_lost_host_actor_restarts_the_session(doomed: tuple[ReplEngine, Any, str
     engine.run("x = 1", session=session)
     host = ray.get_actor(f"genpark-repl-host-{engine.boundary.key}-{node.node_id[:16]}", namespace=NAMESPACE)
     ray.kill(host, no_restart=True)
-    with pytest.raises(ray.exceptions.RayActorError):  # this driver knows the host is dead
-        ray.get(host.ping.remote(), timeout=WAIT_S)
+    deadline = time.monotonic() + WAIT_S
+    while True:  # ray.kill is asynchronous: poll (bounded) until this driver knows the host is dead
+        try:
+            ray.get(host.ping.remote(), timeout=WAIT_S)
+        except ray.exceptions.RayActorError:
+            break
+        assert time.monotonic() < deadline, "the killed host actor still answers"
+        time.sleep(0.05)
     result = engine.run("'x' in dir()", session=session)
     if result.status == "crashed":
         # The head node had not recorded the death yet when the call was sent, so the code may have
