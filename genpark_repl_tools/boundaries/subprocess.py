@@ -389,20 +389,8 @@ class SubprocessBoundary(BaseBoundary):
             except BaseException:
                 self._abandon(state, worker)
                 raise
-        state.last_used = time.monotonic()
-        if isinstance(reply, tuple):
-            if reply[0] == P.FAILED:
-                raise BoundaryError(f"the worker could not answer: {reply[1].decode('utf-8', 'replace')}")
-            return reply
-        what = "did not answer in time" if isinstance(reply, TimedOut) else "ended"
-        code = self._retire(state, worker, drain=(None, None))
-        state.lost = "crashed"
-        detail = "" if isinstance(reply, TimedOut) else f" ({_claims.explain_exit(code, self.limits)})"
         verb = "taking a snapshot" if kind == P.SNAPSHOT else "restoring a snapshot"
-        raise BoundaryError(
-            f"the worker of session {state.name!r} {what} while {verb}{detail}; it was stopped and the "
-            "session restarts empty on its next run"
-        )
+        return self._answer(state, worker, reply, f" while {verb}")
 
     # ---- execution ------------------------------------------------------------------------------
 
@@ -568,6 +556,16 @@ class SubprocessBoundary(BaseBoundary):
             except BaseException:
                 self._abandon(state, worker)
                 raise
+        return self._answer(state, worker, reply)
+
+    def _answer(
+        self,
+        state: _SessionState,
+        worker: WorkerHandle,
+        reply: tuple[int, bytes] | Died | TimedOut,
+        doing: str = "",
+    ) -> tuple[int, bytes]:
+        """A query's reply; a worker that failed, died or did not answer is stopped (BoundaryError)."""
         state.last_used = time.monotonic()
         if isinstance(reply, tuple):
             if reply[0] == P.FAILED:
@@ -578,7 +576,7 @@ class SubprocessBoundary(BaseBoundary):
         state.lost = "crashed"
         detail = "" if isinstance(reply, TimedOut) else f" ({_claims.explain_exit(code, self.limits)})"
         raise BoundaryError(
-            f"the worker of session {state.name!r} {what}{detail}; it was stopped and the session "
+            f"the worker of session {state.name!r} {what}{doing}{detail}; it was stopped and the session "
             "restarts empty on its next run"
         )
 
