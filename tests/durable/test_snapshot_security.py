@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import builtins
+import io
+import json
 import os
 import pickle
 import subprocess
@@ -142,6 +144,34 @@ def test_crafted_closure_and_unknown_marker_are_refused(engines: list[ReplEngine
     ).mac
     with pytest.raises(SnapshotRefused, match="unknown marker"):
         engine.restore("default", snapshot)
+
+
+class _WithPersistentIds(pickle.Pickler):
+    def persistent_id(self, obj: Any) -> Any:
+        return "outside" if obj == "ref" else None
+
+
+@pytest.mark.parametrize("policy", ["trusted", "standard"])
+@pytest.mark.parametrize("after_a_failed_record", [False, True], ids=["first-reader", "recovery-reader"])
+def test_persistent_ids_are_refused_by_both_readers(
+    engines: list[ReplEngine], policy: str, after_a_failed_record: bool
+) -> None:
+    """Snapshots never use persistent ids: one in a crafted blob is refused, also by the reader that
+    takes over after a record failed to rebuild."""
+    records: list[bytes] = []
+    if after_a_failed_record:
+        records.append(pickle.dumps(Reduces(int, "not a number"), protocol=5))  # fails: ValueError
+    out = io.BytesIO()
+    _WithPersistentIds(out, protocol=5).dump(["ref"])
+    records.append(out.getvalue())
+    snapshot = crafted(None)
+    header = json.loads(snapshot.header)
+    header["records"] = [[f"v{i}", sum(map(len, records[:i])), len(r), 0, 0] for i, r in enumerate(records)]
+    engine = engine_for(engines, policy)
+    engine.run("kept = 41")
+    with pytest.raises(SnapshotRefused, match="persistent ids"):
+        engine.restore("default", SessionSnapshot.sign(header, b"".join(records), [], KEY))
+    assert engine.run("kept + 1").value == "42"
 
 
 def test_session_code_cannot_smuggle_a_reducer(engines: list[ReplEngine], tmp_path: Path) -> None:
