@@ -350,3 +350,18 @@ def test_shapes_of_session_code(engines: list[ReplEngine], policy: str, kind: st
     engine, snapshot = round_trip(engines, policy, code)
     assert snapshot.manifest.not_saved == []
     assert value(engine, check) == expected
+
+
+def test_markers_pickle_by_name_and_refuse_to_run() -> None:
+    import pickle
+
+    from genpark_repl_tools.snapshot import _markers as markers
+
+    assert set(markers.__all__) == markers.NAMES and len(markers.NAMES) == 10
+    for name in markers.NAMES:
+        marker = getattr(markers, name)
+        assert (marker.__module__, marker.__qualname__) == (markers.MODULE, name)
+        assert pickle.loads(pickle.dumps(marker)) is marker
+        assert f"{markers.MODULE}\n{name}".encode() in pickle.dumps(marker, protocol=0)
+        with pytest.raises(RuntimeError, match=f"snapshot marker '{name}' is a placeholder"):
+            marker(1, 2)
