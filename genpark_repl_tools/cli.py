@@ -31,7 +31,7 @@ import tokenize
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from pydantic import ValidationError
 
@@ -80,6 +80,8 @@ _STATUS_EXIT = {
     "cancelled": EXIT_CANCELLED,
 }
 
+_N = TypeVar("_N", int, float)
+
 _PROG = "genpark-repl"
 _REPL_SESSION = "repl"
 _PS1, _PS2 = ">>> ", "... "
@@ -108,34 +110,26 @@ def exit_code(result: ExecutionResult) -> int:
 # ---- command line ------------------------------------------------------------------------------
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+def _number(
+    convert: Callable[[str], _N], expected: str, valid: Callable[[_N], bool], bounds: str
+) -> Callable[[str], _N]:
+    """An argparse `type`: `convert` the text, then refuse a value outside `bounds` in one line."""
+
+    def parse(text: str) -> _N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0-65535, got {text}")
-    return value
+_positive_float = _number(float, "a number", lambda value: value > 0, "> 0")
+_positive_int = _number(int, "a whole number", lambda value: value > 0, "> 0")
+_port = _number(int, "a port number", lambda value: 0 <= value <= 65535, "0-65535")
 
 
 def _policy_help() -> str:

@@ -24,7 +24,7 @@ import secrets
 import socket
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import quote
@@ -277,21 +277,10 @@ class _ReplTools:
     ) -> Annotated[CallToolResult, RunOutput]:
         new_session = session_id is None
         client = _CLIENT.get()
-        if session_id is None:
-            session_id = f"s-{secrets.token_hex(6)}"
-            live = True
-        else:
-            live = await self._require_session(session_id, running=True)
+        session_id, live = await self._handle(session_id)
         engine_id = client + session_id
-        if new_session:
-            # Counted before the first await, so concurrent calls cannot all pass the limit.
-            self._starting.add(engine_id)
-        try:
-            if new_session:
-                await self._check_session_room(client, engine_id)
+        async with self._starting_session(engine_id, new_session):
             reply = await tools.arun_python(self._engine, code, engine_id, _progress(ctx))
-        finally:
-            self._starting.discard(engine_id)
         if reply.result is not None:
             self._issue(engine_id)
             update: dict[str, Any] = {}
@@ -310,27 +299,23 @@ class _ReplTools:
     async def list_variables(
         self, session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, VariablesOutput]:
-        await self._require_session(session_id)
-        return _to_mcp(_as_handle(await tools.alist_variables(self._engine, _CLIENT.get() + session_id)))
+        return _to_mcp(_as_handle(await tools.alist_variables(self._engine, await self._known(session_id))))
 
     async def inspect_variable(
         self, name: Annotated[str, _NAME], session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, InspectOutput]:
-        await self._require_session(session_id)
-        reply = await tools.ainspect_variable(self._engine, name, _CLIENT.get() + session_id)
+        reply = await tools.ainspect_variable(self._engine, name, await self._known(session_id))
         return _to_mcp(_as_handle(reply))
 
     async def reset_session(
         self, session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, ResetOutput]:
-        await self._require_session(session_id)
-        return _to_mcp(_as_handle(await tools.areset_session(self._engine, _CLIENT.get() + session_id)))
+        return _to_mcp(_as_handle(await tools.areset_session(self._engine, await self._known(session_id))))
 
     async def list_files(
         self, session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, FilesOutput]:
-        await self._require_session(session_id)
-        reply = await tools.alist_files(self._engine, _CLIENT.get() + session_id)
+        reply = await tools.alist_files(self._engine, await self._known(session_id))
         text = reply.text
         if not reply.is_error and reply.data["files"]:
             text += f"\nEach is a resource: {FILE_URI.replace('{session_id}', session_id)}"
@@ -345,12 +330,8 @@ class _ReplTools:
         session_id: Annotated[str | None, _NEW_OR_OLD_SESSION] = None,
     ) -> Annotated[CallToolResult, UploadOutput]:
         new_session = session_id is None
-        client = _CLIENT.get()
-        if session_id is None:
-            session_id = f"s-{secrets.token_hex(6)}"
-        else:
-            await self._require_session(session_id, running=True)
-        engine_id = client + session_id
+        session_id, _ = await self._handle(session_id)
+        engine_id = _CLIENT.get() + session_id
         data: bytes | str = content
         if content_base64:
             import base64
@@ -362,14 +343,8 @@ class _ReplTools:
                 raise ToolError(
                     f"content is not valid base64 ({exc}); send text with content_base64=false"
                 ) from exc
-        if new_session:
-            self._starting.add(engine_id)
-        try:
-            if new_session:
-                await self._check_session_room(client, engine_id)
+        async with self._starting_session(engine_id, new_session):
             reply = await tools.aupload_file(self._engine, name, data, engine_id)
-        finally:
-            self._starting.discard(engine_id)
         if not reply.is_error:
             self._issue(engine_id)
         reply.session = session_id
@@ -420,6 +395,32 @@ class _ReplTools:
         self._issued.move_to_end(engine_id)
         while len(self._issued) > _ISSUED_KEPT:
             self._issued.popitem(last=False)
+
+    async def _handle(self, session_id: str | None) -> tuple[str, bool]:
+        """The handle a call that may start a session runs in (a new one for None), and whether that
+        session is live (False: it was closed and the call starts it again)."""
+        if session_id is None:
+            return f"s-{secrets.token_hex(6)}", True
+        return session_id, await self._require_session(session_id, running=True)
+
+    async def _known(self, session_id: str) -> str:
+        """The engine's id of an existing session the client names (a ToolError if there is none)."""
+        await self._require_session(session_id)
+        return _CLIENT.get() + session_id
+
+    @contextlib.asynccontextmanager
+    async def _starting_session(self, engine_id: str, new: bool) -> AsyncIterator[None]:
+        """Around the call that may start session `engine_id`: a `new` one is counted against its
+        client's limit before the first await, so concurrent calls cannot all pass the limit."""
+        if not new:
+            yield
+            return
+        self._starting.add(engine_id)
+        try:
+            await self._check_session_room(_CLIENT.get(), engine_id)
+            yield
+        finally:
+            self._starting.discard(engine_id)
 
     async def _check_session_room(self, client: str, new: str) -> None:
         """Refuse the new session `new` (in `_starting`) beyond the client's limit."""

@@ -18,13 +18,17 @@ import builtins
 import copyreg
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..policy import Policy
 from ..policy._errors import PolicyViolation
 from ._format import SnapshotRefused
 
-__all__ = ["Admission", "import_by_name"]
+if TYPE_CHECKING:
+    from .._session import Session
+    from ..policy._runtime import PolicyRuntime
+
+__all__ = ["Admission", "SessionScope", "import_by_name"]
 
 _SAFE_BUILTINS = frozenset(
     {
@@ -148,3 +152,16 @@ class Admission:
             except SnapshotRefused as exc:
                 self._verdicts[key] = exc.reason
         return self._verdicts[key]
+
+
+class SessionScope:
+    """One session as a save or a restore sees it: its namespace, its builtins table, and the
+    globals its policy lets a snapshot name (`admission`, consulted when `restricted`)."""
+
+    def __init__(self, session: Session, runtime: PolicyRuntime) -> None:
+        self.session = session
+        self.runtime = runtime
+        self.namespace = session.namespace
+        self.table: dict[str, Any] = session.namespace["__builtins__"]
+        self.restricted = runtime.policy.restricted
+        self.admission = Admission(runtime.policy, self.table)

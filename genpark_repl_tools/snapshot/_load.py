@@ -31,7 +31,7 @@ from ..policy._audithook import adopt
 from ..policy._errors import PolicyViolation
 from ..policy._runtime import PolicyRuntime
 from . import _markers as markers
-from ._admit import Admission, import_by_name
+from ._admit import SessionScope, import_by_name
 from ._cells import cell_codes
 from ._format import SessionSnapshot, SnapshotError, SnapshotRefused
 
@@ -59,16 +59,11 @@ class _Buffers:
         return self.buffers[self.at - 1]
 
 
-class _Rebuilder:
+class _Rebuilder(SessionScope):
     """Rebuilds one snapshot's objects in one session: the targets of the snapshot's markers."""
 
     def __init__(self, session: Session, runtime: PolicyRuntime, header: dict[str, Any]) -> None:
-        self.session = session
-        self.runtime = runtime
-        self.namespace = session.namespace
-        self.table: dict[str, Any] = session.namespace["__builtins__"]
-        self.restricted = runtime.policy.restricted
-        self.admission = Admission(runtime.policy, self.table)
+        super().__init__(session, runtime)
         self.sources: dict[str, list[Any]] = header.get("sources", {})
         self._codes: dict[str, list[CodeType]] = {}
         self.targets: dict[str, Any] = {
@@ -214,10 +209,10 @@ class _Rebuilder:
         return cls
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, buffers: _Buffers, rebuilder: _Rebuilder) -> None:
-        super().__init__(file, buffers=buffers)
-        self.rebuilder = rebuilder
+class _Hooks:
+    """What both readers do for a snapshot: globals come from the rebuilder, persistent ids are refused."""
+
+    rebuilder: _Rebuilder
 
     def find_class(self, module: str, name: str) -> Any:
         return self.rebuilder.find_class(module, name)
@@ -226,6 +221,12 @@ class _Unpickler(pickle.Unpickler):
         raise SnapshotRefused(
             "the snapshot uses persistent ids, which snapshots never do; nothing was loaded"
         )
+
+
+class _Unpickler(_Hooks, pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, buffers: _Buffers, rebuilder: _Rebuilder) -> None:
+        super().__init__(file, buffers=buffers)
+        self.rebuilder = rebuilder
 
 
 _BROKEN = object()
@@ -235,7 +236,7 @@ class _Depends(Exception):
     pass
 
 
-class _SlowUnpickler(pickle._Unpickler):
+class _SlowUnpickler(_Hooks, pickle._Unpickler):
     """The pure-Python reader, used after a record failed: its memo can be set index by index,
     and a later record that reaches a value of the failed one fails too instead of getting junk."""
 
@@ -245,14 +246,6 @@ class _SlowUnpickler(pickle._Unpickler):
     def __init__(self, file: io.BytesIO, buffers: _Buffers, rebuilder: _Rebuilder) -> None:
         super().__init__(file, buffers=buffers)
         self.rebuilder = rebuilder
-
-    def find_class(self, module: str, name: str) -> Any:
-        return self.rebuilder.find_class(module, name)
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise SnapshotRefused(
-            "the snapshot uses persistent ids, which snapshots never do; nothing was loaded"
-        )
 
 
 def _checked_get(load_get: Callable[[Any], None]) -> Callable[[Any], None]:

@@ -6,6 +6,7 @@ these objects, it returns the rebuilders bound to the session being restored. Ca
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 __all__ = [
@@ -24,48 +25,27 @@ __all__ = [
 MODULE = __name__
 
 
-def _placeholder(name: str) -> NoReturn:
-    raise RuntimeError(f"snapshot marker {name!r} is a placeholder for the snapshot loader; never call it")
+def _marker(name: str) -> Callable[..., NoReturn]:
+    """The placeholder `name`: a module-level function pickle finds again as `MODULE.name`."""
+
+    def placeholder(*args: Any) -> NoReturn:
+        raise RuntimeError(
+            f"snapshot marker {name!r} is a placeholder for the snapshot loader; never call it"
+        )
+
+    placeholder.__name__ = placeholder.__qualname__ = name
+    return placeholder
 
 
-def cell(*args: Any) -> NoReturn:
-    _placeholder("cell")
-
-
-def cell_state(*args: Any) -> NoReturn:
-    _placeholder("cell_state")
-
-
-def class_state(*args: Any) -> NoReturn:
-    _placeholder("class_state")
-
-
-def empty_cell(*args: Any) -> NoReturn:
-    _placeholder("empty_cell")
-
-
-def function(*args: Any) -> NoReturn:
-    _placeholder("function")
-
-
-def function_state(*args: Any) -> NoReturn:
-    _placeholder("function_state")
-
-
-def klass(*args: Any) -> NoReturn:
-    _placeholder("klass")
-
-
-def lru_cache(*args: Any) -> NoReturn:
-    _placeholder("lru_cache")
-
-
-def module(*args: Any) -> NoReturn:
-    _placeholder("module")
-
-
-def namedtuple(*args: Any) -> NoReturn:
-    _placeholder("namedtuple")
-
+cell = _marker("cell")
+cell_state = _marker("cell_state")
+class_state = _marker("class_state")
+empty_cell = _marker("empty_cell")
+function = _marker("function")
+function_state = _marker("function_state")
+klass = _marker("klass")
+lru_cache = _marker("lru_cache")
+module = _marker("module")
+namedtuple = _marker("namedtuple")
 
 NAMES = frozenset(__all__)

@@ -31,7 +31,7 @@ from .._session import Session, call_guarded
 from .._watchdog import ExecutionTimeout
 from ..policy._runtime import PolicyRuntime
 from . import _markers as markers
-from ._admit import Admission
+from ._admit import SessionScope
 from ._cells import cell_codes
 from ._format import FORMAT, SessionSnapshot, SnapshotError
 
@@ -98,16 +98,11 @@ def unsaveable(obj: Any) -> str | None:
     return None
 
 
-class _Context:
+class _Context(SessionScope):
     """State of one snapshot: the session, its cells, the admission rules, the buffers."""
 
     def __init__(self, session: Session, runtime: PolicyRuntime) -> None:
-        self.session = session
-        self.runtime = runtime
-        self.namespace = session.namespace
-        self.table: dict[str, Any] = session.namespace["__builtins__"]
-        self.restricted = runtime.policy.restricted
-        self.admission = Admission(runtime.policy, self.table)
+        super().__init__(session, runtime)
         self.buffers: list[bytes] = []
         self.buffer_bytes = 0
         self.sources: dict[str, list[Any]] = {}

@@ -437,11 +437,7 @@ class BoundaryConformance:
         asyncio.run(main())
         # The loop holds the session until it stops: a prompt next call shows it stopped (the
         # timeout is 60 s, the bound much less).
-        done: list[ExecutionResult] = []
-        follower = threading.Thread(target=lambda: done.append(patient.run("x", session="c")))
-        follower.start()
-        follower.join(INTERRUPT_BOUND_S)
-        assert done and done[0].value == "21", "the cancelled call's code kept running"
+        assert _value_within_bound(patient, "x", "c") == "21", "the cancelled call's code kept running"
         self._assert_in_step(patient, "c")
 
     @staticmethod
@@ -525,11 +521,8 @@ class BoundaryConformance:
             assert isinstance(event, OutputEvent) and event.text == "started\n"
             break
         events.close()  # what garbage collection does to an abandoned generator, made explicit
-        done: list[ExecutionResult] = []
-        follower = threading.Thread(target=lambda: done.append(patient.run("x, n > 0", session="sc")))
-        follower.start()
-        follower.join(INTERRUPT_BOUND_S)
-        assert done and done[0].value == "(21, True)", "the abandoned stream's code kept running"
+        value = _value_within_bound(patient, "x, n > 0", "sc")
+        assert value == "(21, True)", "the abandoned stream's code kept running"
         assert time.monotonic() - started < INTERRUPT_BOUND_S
         self._assert_in_step(patient, "sc")
 
@@ -543,11 +536,7 @@ class BoundaryConformance:
             await events.aclose()
 
         asyncio.run(main())
-        done: list[ExecutionResult] = []
-        follower = threading.Thread(target=lambda: done.append(patient.run("x", session="ac")))
-        follower.start()
-        follower.join(INTERRUPT_BOUND_S)
-        assert done and done[0].value == "21", "the abandoned stream's code kept running"
+        assert _value_within_bound(patient, "x", "ac") == "21", "the abandoned stream's code kept running"
 
     def test_progress_bar_redraws_collapse(self, engine: ReplEngine) -> None:
         # Written by hand: what tqdm writes (a \r, then the bar), 10,000 times, then a newline.
@@ -589,6 +578,16 @@ def _cumulative(arrivals: list[tuple[float, str]]) -> list[tuple[float, str]]:
         seen += text
         out.append((when, seen))
     return out
+
+
+def _value_within_bound(engine: ReplEngine, code: str, session: str) -> str | None:
+    """The value of `code` run in `session` on another thread, or None if the call did not return
+    within INTERRUPT_BOUND_S (code that should have stopped still holds the session)."""
+    done: list[ExecutionResult] = []
+    follower = threading.Thread(target=lambda: done.append(engine.run(code, session=session)))
+    follower.start()
+    follower.join(INTERRUPT_BOUND_S)
+    return done[0].value if done else None
 
 
 class _Abandon(Exception):

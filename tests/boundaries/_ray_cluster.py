@@ -7,14 +7,18 @@ dashboard. The fixture shuts the driver and every node down whatever the tests d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
 from ray.cluster_utils import Cluster  # noqa: E402
+
+if TYPE_CHECKING:
+    from genpark_repl_tools import ReplEngine
 
 NODE_ARGS: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024}
 
@@ -30,3 +34,25 @@ def ray_cluster_fixture() -> Iterator[Cluster]:
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@contextlib.contextmanager
+def session_on_added_node(
+    cluster: Cluster, make_engine: Callable[[], ReplEngine], wait_s: float = 60.0
+) -> Iterator[tuple[ReplEngine, Any, str]]:
+    """Adds a node, makes the engine and starts three sessions (least-loaded placement puts one on
+    each node); yields the engine, the added node and the session placed on it. Afterwards the engine
+    is closed and the node removed, if the test left it."""
+    node = cluster.add_node(**NODE_ARGS)
+    cluster.wait_for_nodes(timeout=wait_s)
+    engine = make_engine()
+    try:
+        for i in range(3):
+            engine.run(f"tag = {i}", session=f"s{i}")
+        placement = engine.boundary.describe()["placement"]
+        session = next(s for s, n in placement.items() if n == node.node_id)
+        yield engine, node, session
+    finally:
+        engine.close()
+        if node in cluster.worker_nodes:
+            cluster.remove_node(node)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _ray_cluster import NODE_ARGS, ray, ray_cluster_fixture  # noqa: F401 (the ray_cluster fixture)
+from _ray_cluster import ray, ray_cluster_fixture, session_on_added_node  # noqa: F401 (the ray_cluster fixture)
 
 from genpark_repl_tools import ExecutionResult, Limits, ReplEngine
 from genpark_repl_tools.boundaries.ray import NAMESPACE
@@ -24,20 +24,12 @@ WAIT_S = 60.0
 @pytest.fixture
 def doomed(ray_cluster: Any) -> Iterator[tuple[ReplEngine, Any, str]]:
     """An engine over three nodes, and a session ("doomed") placed on the added node."""
-    node = ray_cluster.add_node(**NODE_ARGS)
-    ray_cluster.wait_for_nodes(timeout=WAIT_S)
-    engine = ReplEngine(boundary="ray", policy="trusted", limits=Limits(timeout_s=5.0))
-    try:
-        session = None
-        for i in range(3):  # least-loaded placement puts one of three new sessions on each node
-            engine.run(f"tag = {i}", session=f"s{i}")
-        placement = engine.boundary.describe()["placement"]
-        session = next(s for s, n in placement.items() if n == node.node_id)
-        yield engine, node, session
-    finally:
-        engine.close()
-        if node in ray_cluster.worker_nodes:
-            ray_cluster.remove_node(node)
+
+    def make() -> ReplEngine:
+        return ReplEngine(boundary="ray", policy="trusted", limits=Limits(timeout_s=5.0))
+
+    with session_on_added_node(ray_cluster, make, WAIT_S) as placed:
+        yield placed
 
 
 def test_next_call_after_node_loss_restarts_the_session_elsewhere(

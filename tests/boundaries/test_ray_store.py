@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _ray_cluster import NODE_ARGS, ray, ray_cluster_fixture  # noqa: F401 (the ray_cluster fixture)
+from _ray_cluster import ray, ray_cluster_fixture, session_on_added_node  # noqa: F401 (the ray_cluster fixture)
 
 from genpark_repl_tools import Limits, Policy, ReplEngine
 from genpark_repl_tools.boundaries.ray import RayBoundary
@@ -23,23 +23,20 @@ KEY = "ray-store-test-key-0123456789"
 
 @pytest.fixture
 def durable(ray_cluster: Any, tmp_path: Path) -> Iterator[tuple[ReplEngine, Any, str]]:
-    node = ray_cluster.add_node(**NODE_ARGS)
-    ray_cluster.wait_for_nodes(timeout=WAIT_S)
     path = tmp_path / "sessions.db"
-    boundary = RayBoundary(
-        Policy.preset("trusted"), Limits(timeout_s=5.0), store=lambda: SQLiteStore(path), snapshot_key=KEY
-    )
-    engine = ReplEngine(boundary=boundary)
-    try:
-        for i in range(3):
-            engine.run(f"tag = {i}", session=f"s{i}")
-        placement = engine.boundary.describe()["placement"]
-        session = next(s for s, n in placement.items() if n == node.node_id)
-        yield engine, node, session
-    finally:
-        engine.close()
-        if node in ray_cluster.worker_nodes:
-            ray_cluster.remove_node(node)
+
+    def make() -> ReplEngine:
+        return ReplEngine(
+            boundary=RayBoundary(
+                Policy.preset("trusted"),
+                Limits(timeout_s=5.0),
+                store=lambda: SQLiteStore(path),
+                snapshot_key=KEY,
+            )
+        )
+
+    with session_on_added_node(ray_cluster, make, WAIT_S) as placed:
+        yield placed
 
 
 def test_session_is_restored_on_another_node_after_node_loss(

@@ -9,15 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli_repl import ROOT, Terminal
+from test_cli_repl import repl_terminal
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
 @pytest.mark.parametrize("boundary", ["inprocess", "subprocess"])
 def test_ctrl_c_stops_the_cell_and_replies_stay_in_step(tmp_path: Path, boundary: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "TERM": "dumb"}
-    args = [sys.executable, "-m", "genpark_repl_tools.cli", "--policy", "trusted", "--timeout", "60"]
-    term = Terminal([*args, "--boundary", boundary], env)
+    term = repl_terminal(tmp_path, "--policy", "trusted", "--timeout", "60", "--boundary", boundary)
     try:
         term.expect(">>> ")
         term.send("x = 21")

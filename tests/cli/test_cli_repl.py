@@ -292,16 +292,7 @@ class Terminal:
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
 def test_terminal_session_with_prompts_and_history(tmp_path: Path) -> None:
     history = tmp_path / "history"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "HOME": str(tmp_path),
-        "TERM": "dumb",
-        "GENPARK_REPL_HISTORY": str(history),
-    }
-    term = Terminal(
-        [sys.executable, "-m", "genpark_repl_tools.cli", "--policy", "trusted", "--timeout", "5"], env
-    )
+    term = repl_terminal(tmp_path, "--policy", "trusted", "--timeout", "5")
     try:
         term.expect("policy 'trusted', inprocess boundary, 5 s timeout. :help for commands")
         term.expect(">>> ")
@@ -323,14 +314,17 @@ def test_terminal_session_with_prompts_and_history(tmp_path: Path) -> None:
     assert "answer = 6 * 7" in history.read_text()
 
 
-def terminal_env(tmp_path: Path) -> dict[str, str]:
-    return {
+def repl_terminal(tmp_path: Path, *options: str, cwd: Path | None = None) -> Terminal:
+    """`genpark-repl OPTIONS` on a pseudo-terminal, with its HOME and its history (tmp_path/history) in
+    tmp_path."""
+    env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "HOME": str(tmp_path),
         "TERM": "dumb",
         "GENPARK_REPL_HISTORY": str(tmp_path / "history"),
     }
+    return Terminal([sys.executable, "-m", "genpark_repl_tools.cli", *options], env, cwd)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
@@ -339,8 +333,9 @@ def terminal_env(tmp_path: Path) -> dict[str, str]:
     ["inprocess", "subprocess"],
 )
 def test_ctrl_c_stops_a_running_call_and_clears_a_half_typed_block(tmp_path: Path, boundary: str) -> None:
-    args = ["--policy", "trusted", "--boundary", boundary, "--timeout", "120"]
-    term = Terminal([sys.executable, "-m", "genpark_repl_tools.cli", *args], terminal_env(tmp_path), tmp_path)
+    term = repl_terminal(
+        tmp_path, "--policy", "trusted", "--boundary", boundary, "--timeout", "120", cwd=tmp_path
+    )
     failed = True
     try:
         term.expect(">>> ")
@@ -382,9 +377,7 @@ def test_ctrl_c_stops_a_running_call_and_clears_a_half_typed_block(tmp_path: Pat
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
 @pytest.mark.parametrize("half_typed", [False, True], ids=["at-the-prompt", "in-a-block"])
 def test_ctrl_d_leaves_with_exit_code_0(tmp_path: Path, half_typed: bool) -> None:
-    term = Terminal(
-        [sys.executable, "-m", "genpark_repl_tools.cli", "--policy", "trusted"], terminal_env(tmp_path)
-    )
+    term = repl_terminal(tmp_path, "--policy", "trusted")
     failed = True
     try:
         term.expect(">>> ")

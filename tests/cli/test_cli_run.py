@@ -185,6 +185,27 @@ def test_bad_command_lines_exit_2(argv: list[str], capsys: pytest.CaptureFixture
     assert "usage: genpark-repl" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "-", "--timeout", "soon"], "argument --timeout: expected a number, got 'soon'"),
+        (["run", "-", "--timeout", "nan"], "argument --timeout: must be > 0, got nan"),
+        (["run", "-", "--cpu-s", "-1"], "argument --cpu-s: must be > 0, got -1"),
+        (["run", "-", "--memory-mb", "1.5"], "argument --memory-mb: expected a whole number, got '1.5'"),
+        (["run", "-", "--memory-mb", "0"], "argument --memory-mb: must be > 0, got 0"),
+        (["mcp", "--port", "http"], "argument --port: expected a port number, got 'http'"),
+        (["mcp", "--port", "65536"], "argument --port: must be 0-65535, got 65536"),
+    ],
+)
+def test_numeric_options_say_what_they_expect(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_policy_help_lists_the_presets(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["run", "--help"])

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from genpark_repl_tools import ReplEngine
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -82,3 +84,12 @@ def redis_prefix() -> str:
 @pytest.fixture
 def sqlite_path(tmp_path: Path) -> Path:
     return tmp_path / "sessions.db"
+
+
+@pytest.fixture
+def engines() -> Iterator[list[ReplEngine]]:
+    """The engines a test made with `keyed_engine`, closed when it ends."""
+    made: list[ReplEngine] = []
+    yield made
+    for engine in made:
+        engine.close()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Iterator
 
 import pytest
-from _durable_support import KEY
+from _durable_support import keyed_engine
 
 from genpark_repl_tools import ReplEngine
 from genpark_repl_tools.snapshot import SessionSnapshot
@@ -66,26 +65,13 @@ same = [p, p]
 """
 
 
-@pytest.fixture
-def engines() -> Iterator[list[ReplEngine]]:
-    made: list[ReplEngine] = []
-    yield made
-    for engine in made:
-        engine.close()
-
-
-def fresh(engines: list[ReplEngine], policy: str) -> ReplEngine:
-    engines.append(ReplEngine(policy=policy, snapshot_key=KEY))
-    return engines[-1]
-
-
 def round_trip(engines: list[ReplEngine], policy: str, code: str) -> tuple[ReplEngine, SessionSnapshot]:
     """Run `code` in one engine, snapshot it to bytes, restore the bytes into a new engine."""
-    first = fresh(engines, policy)
+    first = keyed_engine(engines, policy)
     result = first.run(code)
     assert result.status == "ok", result.to_observation()
     snapshot = first.snapshot()
-    second = fresh(engines, policy)
+    second = keyed_engine(engines, policy)
     second.restore("default", snapshot.to_bytes())
     return second, snapshot
 
@@ -179,11 +165,11 @@ def test_imports_are_redone_through_the_policy(engines: list[ReplEngine]) -> Non
 
 
 def test_execution_count_and_tracebacks_survive(engines: list[ReplEngine]) -> None:
-    first = fresh(engines, "standard")
+    first = keyed_engine(engines, "standard")
     first.run("def boom(x):\n    return 1 / x\n")
     first.run("y = 2")
     snapshot = first.snapshot()
-    second = fresh(engines, "standard")
+    second = keyed_engine(engines, "standard")
     info = second.restore("default", snapshot)
     assert info.execution_count == 2 and snapshot.manifest.execution_count == 2
     result = second.run("boom(0)")
@@ -222,7 +208,7 @@ def test_figures_are_skipped_with_a_reason(engines: list[ReplEngine]) -> None:
 
 
 def test_manifest_sizes_policy_and_versions(engines: list[ReplEngine]) -> None:
-    first = fresh(engines, "standard")
+    first = keyed_engine(engines, "standard")
     first.run("small = 1\nbig = 'x' * 100_000\n")
     manifest = first.snapshot().manifest
     sizes = {v.name: v.bytes for v in manifest.saved}
@@ -245,9 +231,9 @@ def test_a_value_that_fails_to_rebuild_does_not_take_the_others(engines: list[Re
         "class Bad:\n    def __reduce__(self):\n        return (int, ('not a number',))\n"
         "bad = Bad()\nlater = [bad, 2]\nfine = {'a': 1}\n"
     )
-    first = fresh(engines, "trusted")
+    first = keyed_engine(engines, "trusted")
     assert first.run(code).status == "ok"
-    second = fresh(engines, "trusted")
+    second = keyed_engine(engines, "trusted")
     info = second.restore("default", first.snapshot().to_bytes())
     assert set(info.failed) == {"bad", "later"}
     assert "ValueError" in info.failed["bad"]
@@ -350,3 +336,18 @@ def test_shapes_of_session_code(engines: list[ReplEngine], policy: str, kind: st
     engine, snapshot = round_trip(engines, policy, code)
     assert snapshot.manifest.not_saved == []
     assert value(engine, check) == expected
+
+
+def test_markers_pickle_by_name_and_refuse_to_run() -> None:
+    import pickle
+
+    from genpark_repl_tools.snapshot import _markers as markers
+
+    assert set(markers.__all__) == markers.NAMES and len(markers.NAMES) == 10
+    for name in markers.NAMES:
+        marker = getattr(markers, name)
+        assert (marker.__module__, marker.__qualname__) == (markers.MODULE, name)
+        assert pickle.loads(pickle.dumps(marker)) is marker
+        assert f"{markers.MODULE}\n{name}".encode() in pickle.dumps(marker, protocol=0)
+        with pytest.raises(RuntimeError, match=f"snapshot marker '{name}' is a placeholder"):
+            marker(1, 2)

@@ -4,33 +4,21 @@
 from __future__ import annotations
 
 import builtins
+import io
+import json
 import os
 import pickle
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _durable_support import KEY
+from _durable_support import KEY, keyed_engine
 
 from genpark_repl_tools import ReplEngine
 from genpark_repl_tools._models import SnapshotManifest
 from genpark_repl_tools.snapshot import SessionSnapshot, SnapshotAuthError, SnapshotRefused
 from genpark_repl_tools.snapshot import _markers as markers
-
-
-@pytest.fixture
-def engines() -> Iterator[list[ReplEngine]]:
-    made: list[ReplEngine] = []
-    yield made
-    for engine in made:
-        engine.close()
-
-
-def engine_for(engines: list[ReplEngine], policy: str) -> ReplEngine:
-    engines.append(ReplEngine(policy=policy, snapshot_key=KEY))
-    return engines[-1]
 
 
 class Reduces:
@@ -98,7 +86,7 @@ def test_crafted_globals_are_refused(
     engines: list[ReplEngine], tmp_path: Path, policy: str, attack: str
 ) -> None:
     marker = tmp_path / "pwned"
-    engine = engine_for(engines, policy)
+    engine = keyed_engine(engines, policy)
     engine.run("kept = 41")
     with pytest.raises(SnapshotRefused, match="nothing was loaded"):
         engine.restore("default", crafted(attacks(marker)[attack]))
@@ -112,7 +100,7 @@ def test_crafted_source_is_audited_again(engines: list[ReplEngine], tmp_path: Pa
     filename = "<cell-000000000000>"
     source = f"import os\ndef f():\n    return os.system('touch {marker}')\n"
     value = Reduces(markers.function, filename, 0, "f", "f", None)
-    engine = engine_for(engines, policy)
+    engine = keyed_engine(engines, policy)
     with pytest.raises(SnapshotRefused, match="refused by policy"):
         engine.restore("default", crafted(value, {filename: [1, source]}))
     assert not marker.exists()
@@ -124,15 +112,15 @@ def test_a_crafted_call_of_an_allowed_method_meets_the_audit_hook(engines: list[
     from pathlib import Path as RealPath
 
     read = Reduces(Reduces(getattr, RealPath("/etc/hostname"), "read_text"))
-    engine = engine_for(engines, "standard")
+    engine = keyed_engine(engines, "standard")
     with pytest.raises(SnapshotRefused, match="refused by the policy"):
         engine.restore("default", crafted(read))
     with pytest.raises(SnapshotRefused, match="does not let a restore rebuild"):
-        engine_for(engines, "strict").restore("default", crafted(read))
+        keyed_engine(engines, "strict").restore("default", crafted(read))
 
 
 def test_crafted_closure_and_unknown_marker_are_refused(engines: list[ReplEngine]) -> None:
-    engine = engine_for(engines, "standard")
+    engine = keyed_engine(engines, "standard")
     with pytest.raises(SnapshotRefused, match="no source"):
         engine.restore("default", crafted(Reduces(markers.function, "<cell-nope>", 0, "f", "f", (1, 2))))
     snapshot = crafted(Reduces(markers.cell))
@@ -144,11 +132,39 @@ def test_crafted_closure_and_unknown_marker_are_refused(engines: list[ReplEngine
         engine.restore("default", snapshot)
 
 
+class _WithPersistentIds(pickle.Pickler):
+    def persistent_id(self, obj: Any) -> Any:
+        return "outside" if obj == "ref" else None
+
+
+@pytest.mark.parametrize("policy", ["trusted", "standard"])
+@pytest.mark.parametrize("after_a_failed_record", [False, True], ids=["first-reader", "recovery-reader"])
+def test_persistent_ids_are_refused_by_both_readers(
+    engines: list[ReplEngine], policy: str, after_a_failed_record: bool
+) -> None:
+    """Snapshots never use persistent ids: one in a crafted blob is refused, also by the reader that
+    takes over after a record failed to rebuild."""
+    records: list[bytes] = []
+    if after_a_failed_record:
+        records.append(pickle.dumps(Reduces(int, "not a number"), protocol=5))  # fails: ValueError
+    out = io.BytesIO()
+    _WithPersistentIds(out, protocol=5).dump(["ref"])
+    records.append(out.getvalue())
+    snapshot = crafted(None)
+    header = json.loads(snapshot.header)
+    header["records"] = [[f"v{i}", sum(map(len, records[:i])), len(r), 0, 0] for i, r in enumerate(records)]
+    engine = keyed_engine(engines, policy)
+    engine.run("kept = 41")
+    with pytest.raises(SnapshotRefused, match="persistent ids"):
+        engine.restore("default", SessionSnapshot.sign(header, b"".join(records), [], KEY))
+    assert engine.run("kept + 1").value == "42"
+
+
 def test_session_code_cannot_smuggle_a_reducer(engines: list[ReplEngine], tmp_path: Path) -> None:
     """A trusted session may define __reduce__ (it has full rights anyway); its snapshot restored
     under a restricted policy is refused, and the command never runs."""
     marker = tmp_path / "pwned"
-    trusted = engine_for(engines, "trusted")
+    trusted = keyed_engine(engines, "trusted")
     code = (
         "import os\nclass E:\n    def __reduce__(self):\n"
         f"        return (os.system, ('touch {marker}',))\ne = E()\n"
@@ -156,7 +172,7 @@ def test_session_code_cannot_smuggle_a_reducer(engines: list[ReplEngine], tmp_pa
     assert trusted.run(code).status == "ok"
     snapshot = trusted.snapshot()
     assert "e" in {v.name for v in snapshot.manifest.saved}
-    restricted = engine_for(engines, "standard")
+    restricted = keyed_engine(engines, "standard")
     with pytest.raises(SnapshotRefused):
         restricted.restore("default", snapshot)
     assert not marker.exists()
@@ -164,7 +180,7 @@ def test_session_code_cannot_smuggle_a_reducer(engines: list[ReplEngine], tmp_pa
 
 def test_pickling_runs_session_code_under_its_guards(engines: list[ReplEngine]) -> None:
     """Pickling a list subclass calls its __iter__: that runs under the session's policy."""
-    engine = engine_for(engines, "standard")
+    engine = keyed_engine(engines, "standard")
     code = (
         "class Bag(list):\n    def __iter__(self):\n        open('/etc/hostname').read()\n"
         "        return iter([])\nb = Bag([1])\nok = 1\n"
@@ -186,7 +202,7 @@ def _flip(blob: bytes, at: int) -> bytes:
 def test_an_altered_blob_is_refused_and_never_unpickled(engines: list[ReplEngine], tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     blob = crafted(Reduces(os.system, f"touch {marker}")).to_bytes()
-    engine = engine_for(engines, "trusted")  # trusted would run the command if it unpickled the blob
+    engine = keyed_engine(engines, "trusted")  # trusted would run the command if it unpickled the blob
     engine.run("kept = 1")
     for at in (20, len(blob) // 2, len(blob) - 40, len(blob) - 1):
         with pytest.raises(SnapshotAuthError, match="failed authentication"):
@@ -202,7 +218,7 @@ def test_an_altered_blob_is_refused_and_never_unpickled(engines: list[ReplEngine
 
 
 def test_a_snapshot_made_with_another_key_is_refused(engines: list[ReplEngine]) -> None:
-    maker = engine_for(engines, "standard")
+    maker = keyed_engine(engines, "standard")
     maker.run("x = [1, 2]")
     snapshot = maker.snapshot()
     other = ReplEngine(policy="standard", snapshot_key=b"another-key-0123456789")
@@ -213,13 +229,13 @@ def test_a_snapshot_made_with_another_key_is_refused(engines: list[ReplEngine]) 
 
 def test_altered_out_of_band_buffer_is_refused(engines: list[ReplEngine]) -> None:
     pytest.importorskip("numpy")
-    maker = engine_for(engines, "standard")
+    maker = keyed_engine(engines, "standard")
     maker.run("import numpy as np\na = np.zeros(1000)")
     snapshot = maker.snapshot()
     assert snapshot.buffers
     snapshot.buffers[0] = b"\x01" + bytes(snapshot.buffers[0])[1:]
     with pytest.raises(SnapshotAuthError):
-        engine_for(engines, "standard").restore("default", snapshot)
+        keyed_engine(engines, "standard").restore("default", snapshot)
 
 
 def test_keys_must_be_long_enough_and_stores_need_one(

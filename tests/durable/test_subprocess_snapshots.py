@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _durable_support import KEY
+from _durable_support import KEY, keyed_engine
 from test_snapshot_security import Reduces, crafted
 
 from genpark_repl_tools import ReplEngine
@@ -37,17 +37,8 @@ USE = "fact(6), [s.area() for s in shapes], grow(2), math.floor(2.5)"
 USED = "(720, [3.142, 12.566], 20, 2)"
 
 
-@pytest.fixture
-def engines() -> Iterator[list[ReplEngine]]:
-    made: list[ReplEngine] = []
-    yield made
-    for engine in made:
-        engine.close()
-
-
-def subprocess_engine(engines: list[ReplEngine], policy: str = "standard", **options: object) -> ReplEngine:
-    engines.append(ReplEngine(policy=policy, boundary="subprocess", snapshot_key=KEY, **options))  # type: ignore[arg-type]
-    return engines[-1]
+def subprocess_engine(engines: list[ReplEngine], policy: str = "standard", **options: Any) -> ReplEngine:
+    return keyed_engine(engines, policy, boundary="subprocess", **options)
 
 
 def test_round_trip_through_the_worker(engines: list[ReplEngine]) -> None:
@@ -75,8 +66,7 @@ def test_a_restore_starts_a_worker_for_a_new_session(engines: list[ReplEngine]) 
 def test_snapshots_move_between_boundaries(engines: list[ReplEngine]) -> None:
     sub = subprocess_engine(engines)
     sub.run(DEFINE)
-    engines.append(ReplEngine(policy="standard", snapshot_key=KEY))
-    inproc = engines[-1]
+    inproc = keyed_engine(engines, "standard")
     inproc.restore("default", sub.snapshot())
     assert inproc.run(USE).value == USED
     inproc.run("scale = 3")
@@ -109,12 +99,11 @@ def test_a_sandboxed_snapshot_is_refused_in_process_under_trusted(engines: list[
     sub = subprocess_engine(engines, policy="trusted")
     sub.run("x = 1")
     snapshot = sub.snapshot()
-    engines.append(ReplEngine(policy="trusted", snapshot_key=KEY))
     with pytest.raises(SnapshotRefused, match="sandboxed subprocess worker"):
-        engines[-1].restore("default", snapshot)
-    engines.append(ReplEngine(policy="standard", snapshot_key=KEY))
-    engines[-1].restore("default", snapshot)  # the policy-limited loader is fine
-    assert engines[-1].run("x").value == "1"
+        keyed_engine(engines, "trusted").restore("default", snapshot)
+    limited = keyed_engine(engines, "standard")
+    limited.restore("default", snapshot)  # the policy-limited loader is fine
+    assert limited.run("x").value == "1"
 
 
 def test_a_refusal_in_the_worker_is_the_same_error(engines: list[ReplEngine], tmp_path: Path) -> None:

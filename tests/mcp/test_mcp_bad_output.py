@@ -7,18 +7,16 @@ answers the next call. Under the in-process boundary, bytes written straight to 
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import anyio
 import pytest
 
 pytest.importorskip("mcp")
 
+import _mcp_stdio
+from _mcp_stdio import Scenario, text_of
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult
 
 from genpark_repl_tools import ExecutionResult
 from genpark_repl_tools.testing.bad_output import (
@@ -30,11 +28,8 @@ from genpark_repl_tools.testing.bad_output import (
     assert_bad_text,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 # Startup imports the SDK (seconds on a loaded machine); one endless __repr__ uses up its timeout.
 BOUND_S = 120
-
-Scenario = Callable[[ClientSession], Awaitable[None]]
 
 # Written to fd 1 below Python's sys.stdout, by Python and by C.
 FD1_GARBAGE = (
@@ -52,33 +47,9 @@ def serve(tmp_path: Path, scenario: Scenario, boundary: str, *, launcher: str | 
     `launcher`: Python code run with `-c` that calls the CLI with the options in `sys.argv[1:]`
     (default: `python -m genpark_repl_tools.cli`).
     """
-    options = ["mcp", "--policy", "trusted", "--boundary", boundary, "--timeout", str(BAD_OUTPUT_TIMEOUT_S)]
-    start = ["-m", "genpark_repl_tools.cli"] if launcher is None else ["-c", launcher]
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=[*start, *options],
-        env={"PYTHONPATH": str(ROOT)},
-        cwd=tmp_path,
-    )
-    log = tmp_path / "server-stderr.log"
-
-    async def main() -> None:
-        with anyio.fail_after(BOUND_S), log.open("w") as errlog:
-            async with (
-                stdio_client(params, errlog=errlog) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                await scenario(session)
-
-    anyio.run(main)
-    return log.read_text(errors="backslashreplace")
-
-
-def text_of(result: CallToolResult) -> str:
-    first = result.content[0]
-    assert isinstance(first, TextContent)
-    return first.text
+    options = ("--policy", "trusted", "--boundary", boundary, "--timeout", str(BAD_OUTPUT_TIMEOUT_S))
+    start = _mcp_stdio.CLI if launcher is None else ("-c", launcher)
+    return _mcp_stdio.serve(tmp_path, scenario, *options, bound_s=BOUND_S, start=start)
 
 
 def run_result(result: CallToolResult) -> tuple[str, ExecutionResult]:

@@ -9,9 +9,6 @@ had gone on, the marker would be there by then.
 from __future__ import annotations
 
 import ast
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -19,36 +16,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from _mcp_http import ROOT, TOKENS, connect, run_http_server
+from _mcp_http import TOKENS, connect, run_http_server
+from _mcp_stdio import stdio_session, text_of
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp_types import CallToolResult, TextContent
 
 BOUND_S = 90
 OPTIONS = ("--policy", "trusted", "--timeout", "60")
-
-
-def text_of(result: CallToolResult) -> str:
-    first = result.content[0]
-    assert isinstance(first, TextContent)
-    return first.text
-
-
-@asynccontextmanager
-async def stdio_session(tmp_path: Path, boundary: str) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "genpark_repl_tools.cli", "mcp", *OPTIONS, "--boundary", boundary],
-        env={"PYTHONPATH": str(ROOT)},
-        cwd=tmp_path,
-    )
-    with (tmp_path / "server-stderr.log").open("w") as errlog:
-        async with (
-            stdio_client(params, errlog=errlog) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            yield session
 
 
 async def cancel_and_check(client: ClientSession) -> None:
@@ -81,7 +54,7 @@ async def cancel_and_check(client: ClientSession) -> None:
 def test_cancelling_a_call_stops_its_code_over_stdio(tmp_path: Path, boundary: str) -> None:
     async def main() -> None:
         with anyio.fail_after(BOUND_S):
-            async with stdio_session(tmp_path, boundary) as client:
+            async with stdio_session(tmp_path, *OPTIONS, "--boundary", boundary) as client:
                 await cancel_and_check(client)
 
     anyio.run(main)

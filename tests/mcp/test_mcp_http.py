@@ -21,8 +21,9 @@ pytest.importorskip("mcp")
 
 import httpx
 from _mcp_http import TOKENS, HttpServer, connect, raised, run_http_server
+from _mcp_stdio import session_of, text_of
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ImageContent, TextContent
+from mcp_types import CallToolResult, ImageContent
 
 BOUND_S = 60
 
@@ -33,19 +34,6 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
             await scenario()
 
     anyio.run(bounded)
-
-
-def text_of(result: CallToolResult) -> str:
-    first = result.content[0]
-    assert isinstance(first, TextContent)
-    return first.text
-
-
-def session_of(result: CallToolResult) -> str:
-    assert result.structured_content is not None
-    sid = result.structured_content["session_id"]
-    assert isinstance(sid, str)
-    return sid
 
 
 async def wait_for(path: Path) -> None:

@@ -5,7 +5,6 @@ In-process (the SDK's in-memory client) and over a real stdio pipe with the subp
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -14,10 +13,8 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from _mcp_http import ROOT
+from _mcp_stdio import stdio_session
 from mcp import Client
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from genpark_repl_tools import Limits, ReplEngine
 from genpark_repl_tools.mcp_server import create_server
@@ -68,17 +65,9 @@ def test_progress_in_process() -> None:
 
 
 def test_progress_over_stdio_with_the_subprocess_boundary(tmp_path: Path) -> None:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "genpark_repl_tools.cli", "mcp", "--policy", "trusted", "--boundary", "subprocess"],
-        env={"PYTHONPATH": str(ROOT)},
-        cwd=tmp_path,
-    )
-
     async def main() -> None:
-        with anyio.fail_after(BOUND_S), (tmp_path / "stderr.log").open("w") as errlog:
-            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as s:
-                await s.initialize()
+        with anyio.fail_after(BOUND_S):
+            async with stdio_session(tmp_path, "--policy", "trusted", "--boundary", "subprocess") as s:
                 await s.call_tool("run_python", {"code": "1"})  # the worker starts: not part of the check
                 progress = Progress()
                 result = await s.call_tool("run_python", {"code": TICKS}, progress_callback=progress)

@@ -7,58 +7,23 @@ client stops the process tree when the block exits, also on failure.
 from __future__ import annotations
 
 import base64
-import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import _mcp_stdio
 import anyio
 import pytest
+from _mcp_stdio import Scenario, session_of, text_of
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult, ImageContent, TextContent
+from mcp_types import INVALID_PARAMS, ImageContent
 
-ROOT = Path(__file__).resolve().parents[2]
 # Startup imports the SDK (seconds on a loaded machine); the calls themselves are fast.
 BOUND_S = 90
 
-Scenario = Callable[[ClientSession], Awaitable[None]]
-
 
 def serve(tmp_path: Path, scenario: Scenario, *options: str) -> str:
-    """Run `scenario` against a spawned server; returns what the server wrote to stderr."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "genpark_repl_tools.cli", "mcp", "--policy", "trusted", *options],
-        env={"PYTHONPATH": str(ROOT)},
-        cwd=tmp_path,
-    )
-    log = tmp_path / "server-stderr.log"
-
-    async def main() -> None:
-        with anyio.fail_after(BOUND_S), log.open("w") as errlog:
-            async with (
-                stdio_client(params, errlog=errlog) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                await scenario(session)
-
-    anyio.run(main)
-    return log.read_text()
-
-
-def text_of(result: CallToolResult) -> str:
-    first = result.content[0]
-    assert isinstance(first, TextContent)
-    return first.text
-
-
-def session_of(result: CallToolResult) -> str:
-    assert result.structured_content is not None
-    sid = result.structured_content["session_id"]
-    assert isinstance(sid, str)
-    return sid
+    """Run `scenario` against a spawned server (trusted policy); returns what it wrote to stderr."""
+    return _mcp_stdio.serve(tmp_path, scenario, "--policy", "trusted", *options, bound_s=BOUND_S)
 
 
 FIGURE = """\

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import anyio
+import _mcp_stdio
 import pytest
+from _mcp_stdio import Scenario, session_of, text_of
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from test_mcp_stdio import BOUND_S, ROOT, Scenario, session_of, text_of
+from test_mcp_stdio import BOUND_S
 
 KEY = "mcp-store-tests-key-0123456789abcdef"
 
@@ -17,23 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 def serve(tmp_path: Path, scenario: Scenario, *options: str) -> None:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "genpark_repl_tools.cli", "mcp", "--policy", "standard", *options],
-        env={"PYTHONPATH": str(ROOT), "GENPARK_REPL_SNAPSHOT_KEY": KEY},
-        cwd=tmp_path,
-    )
-
-    async def main() -> None:
-        with anyio.fail_after(BOUND_S), (tmp_path / "server-stderr.log").open("a") as errlog:
-            async with (
-                stdio_client(params, errlog=errlog) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                await scenario(session)
-
-    anyio.run(main)
+    env = {"GENPARK_REPL_SNAPSHOT_KEY": KEY}
+    _mcp_stdio.serve(tmp_path, scenario, "--policy", "standard", *options, bound_s=BOUND_S, env=env)
 
 
 @pytest.mark.parametrize("boundary", ["inprocess", "subprocess"])
