@@ -98,8 +98,9 @@ class FigureOwner:
     def __init__(self) -> None:
         # Figures attached earlier (closed since), with a digest of the PNG the model saw: a figure
         # the code touched again is re-attached only if it now looks different (`fig.savefig` alone
-        # marks a figure stale without changing it).
-        self.shown: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+        # marks a figure stale without changing it). Made on the first attachment: a weak dictionary
+        # is ~0.7 KiB, and most sessions never draw (issue 18, idle sessions).
+        self.shown: weakref.WeakKeyDictionary[Any, bytes] | None = None
 
 
 class FigureRun:
@@ -264,7 +265,10 @@ class FigureRun:
             self.notes.append(f"{label} could not be rendered: {_message(exc)}")
             return
         digest = hashlib.blake2b(data, digest_size=16).digest()
-        self.owner.shown[fig] = digest
+        shown = self.owner.shown
+        if shown is None:
+            shown = self.owner.shown = weakref.WeakKeyDictionary()
+        shown[fig] = digest
         if digest == seen:
             return  # touched, not changed
         width, height = png_size(data)

@@ -175,25 +175,51 @@ class SessionGuards:
     doing attribute lookups by name, library global state) is listed in docs/security.md.
     """
 
+    # Slots: no instance dict (a few hundred bytes per idle session, issue 18).
+    __slots__ = (
+        "_calendar",
+        "_classes",
+        "_format_cache",
+        "_numpy_random",
+        "_random",
+        "context_values",
+        "decimal_context",
+        "numpy_errstate",
+        "owned",
+        "policy",
+        "rules",
+        "state",
+        "table",
+        "type_guard",
+        "views",
+        "writable",
+    )
+
     def __init__(self, policy: Policy, rules: StaticRules, state: SandboxState) -> None:
         self.policy = policy
         self.rules = rules
         self.state = state
-        self.owned: set[type] = set()
-        # The session's classes whose instances take attribute writes on themselves: writes to
-        # them skip every check (the transform's fast path tests membership in this set).
-        self.writable: set[type] = set()
+        # The session's classes, and those whose instances take attribute writes on themselves:
+        # writes to them skip every check (the transform's fast path tests membership in
+        # `writable`). Both start as one shared empty frozenset, replaced by the session's own sets
+        # when it makes its first class (`own`): most idle sessions never make one. A frozenset
+        # cannot be changed, so sharing it carries nothing from one session to another.
+        self.owned: set[type] | frozenset[type] = _NOTHING_OWNED
+        self.writable: set[type] | frozenset[type] = _NOTHING_OWNED
         self.views: dict[str, ModuleView] = {}
         self.decimal_context: Any = None
         self.numpy_errstate: dict[str, str] | None = None
-        self.context_values: dict[contextvars.ContextVar[Any], Any] = {}
+        # Replaced (never changed in place) by Execution.restore: the shared empty mapping is safe.
+        self.context_values: Mapping[contextvars.ContextVar[Any], Any] = _NO_CONTEXT_VALUES
         self.table: dict[str, Any] = {}
-        self.type_guard = _make_type_guard(self)
-        self._format_cache: dict[str, str | None] = {}
+        # Shared by every session of a policy (see _type_guard_for): it keeps no state of its own
+        # and finds the session it acts for when it needs one.
+        self.type_guard = _type_guard_for(rules.name)
+        self._format_cache: dict[str, str | None] | None = None  # made on the first checked format
         self._random: Any = None
         self._numpy_random: Any = None
         self._calendar: Any = None
-        self._classes: dict[type, type] = {}
+        self._classes: dict[type, type] | None = None  # made on the first checked library class
 
     # ---- builtins --------------------------------------------------------------------------------
 
@@ -231,6 +257,11 @@ class SessionGuards:
                 GEN_EXC: self.generator_exception,
                 GEN_CM: self.generator_context,
                 CELL: self.cell,
+                # How the shared type guard finds the session whose code calls it (see
+                # _calling_session). Restricted code cannot name it (the audit refuses names
+                # starting with '__'), nor reach the table (`__builtins__`, globals(), vars() and
+                # frames are refused).
+                SESSION: self,
             }
         )
         return table
@@ -336,7 +367,10 @@ class SessionGuards:
 
     def _checked_constructor(self, cls: type) -> type:
         """A library class whose constructor keeps format strings: its str arguments are checked."""
-        made = self._classes.get(cls)
+        classes = self._classes
+        if classes is None:
+            classes = self._classes = {}
+        made = classes.get(cls)
         if made is None:
             guards = self
             real_init = _real_getattr(cls, "__init__")
@@ -347,7 +381,7 @@ class SessionGuards:
                 real_init(instance, *args, **kwargs)
 
             namespace = {"__init__": __init__, "__module__": cls.__module__, "__doc__": cls.__doc__}
-            made = self._classes[cls] = _real_type(cls.__name__, (cls,), namespace)
+            made = classes[cls] = _real_type(cls.__name__, (cls,), namespace)
         return made
 
     def _namedtuple(self, real: Callable[..., Any]) -> Callable[..., Any]:
@@ -427,6 +461,8 @@ class SessionGuards:
         if "{" not in fmt:
             return  # no replacement field, nothing looked up
         cache = self._format_cache
+        if cache is None:
+            cache = self._format_cache = {}
         if fmt in cache:
             refusal = cache[fmt]
         else:
@@ -560,12 +596,12 @@ class SessionGuards:
 
     def build_class(self, func: Any, name: str, *bases: Any, **kwargs: Any) -> Any:
         for base in bases:
-            if base is self.type_guard or (isinstance(base, type) and issubclass(base, type)):
+            if isinstance(base, _TypeMeta) or (isinstance(base, type) and issubclass(base, type)):
                 raise self.refuse(
                     f"defining the metaclass '{name}' (a subclass of 'type')", "define ordinary classes"
                 )
         meta = kwargs.get("metaclass")
-        if meta is self.type_guard:
+        if isinstance(meta, _TypeMeta):  # any session's `type` (one per policy) means the real one
             kwargs["metaclass"] = type
         elif meta is not None and not (isinstance(meta, type) and issubclass(meta, type)):
             # A callable "metaclass" could return an existing (host) class, which would then be
@@ -583,9 +619,22 @@ class SessionGuards:
         if any(_real_type(key) is not str for key in vars(cls)):
             # Every route to a class namespace hands it plain str keys; this holds if one is missed.
             raise self.refuse(f"the class '{cls.__name__}' with attribute names that are not plain str")
-        self.owned.add(cls)
+        owned, writable = self.owned, self.writable
+        if not isinstance(owned, set) or not isinstance(writable, set):
+            owned, writable = self._own_sets()
+        owned.add(cls)
         if _instance_writes_stay_local(cls):
-            self.writable.add(cls)
+            writable.add(cls)
+
+    def _own_sets(self) -> tuple[set[type], set[type]]:
+        """The session's first class: its own `owned` and `writable` sets replace the shared empty one."""
+        with _first_class_lock:  # two threads making the session's first classes get one pair of sets
+            owned, writable = self.owned, self.writable
+            if not isinstance(owned, set) or not isinstance(writable, set):
+                owned, writable = set(), set()
+                self.owned, self.writable = owned, writable
+                self.table[OWNED] = writable  # what the transform's fast path reads by name
+            return owned, writable
 
     def new_class(self, name: str, bases: tuple[Any, ...], namespace: dict[str, Any], **kwargs: Any) -> type:
         """type(name, bases, namespace): the same checks as a class statement."""
@@ -607,7 +656,7 @@ class SessionGuards:
                 )
             checked[key] = exact(value) if key == "__qualname__" and isinstance(value, str) else value
         for base in bases:
-            if base is self.type_guard or (isinstance(base, type) and issubclass(base, type)):
+            if isinstance(base, _TypeMeta) or (isinstance(base, type) and issubclass(base, type)):
                 raise self.refuse("type(): defining metaclasses")
         checked["__module__"] = "__main__"  # what a class statement in a cell gets
         cls = _real_type(exact(name) if isinstance(name, str) else name, bases, checked, **kwargs)
@@ -845,7 +894,10 @@ class SessionGuards:
 
     def _session_class(self, cls: type) -> type:
         """A reviewed host class whose class-level tables (lists, dicts) are copies of the session's own."""
-        made = self._classes.get(cls)
+        classes = self._classes
+        if classes is None:
+            classes = self._classes = {}
+        made = classes.get(cls)
         if made is None:
             tables = {
                 name: copy.copy(value)
@@ -858,7 +910,7 @@ class SessionGuards:
                 "__doc__": cls.__doc__,
                 "__qualname__": cls.__qualname__,
             }
-            made = self._classes[cls] = _real_type(cls.__name__, (cls,), namespace)
+            made = classes[cls] = _real_type(cls.__name__, (cls,), namespace)
         return made
 
     def _session_calendar(self, attr: str, value: Any) -> Any:
@@ -1309,38 +1361,94 @@ def _expression_refusal(expr: str, rules: StaticRules) -> str | None:
     return None
 
 
-def _make_type_guard(guards: SessionGuards) -> type:
-    """The session's `type`: type(x) never hands out a metaclass; type(name, bases, ns) is checked.
+# The key under which a restricted session's builtins table holds its SessionGuards.
+SESSION = "__repl_session__"
+# What `owned`/`writable` are until a session makes its first class (immutable, so shareable).
+_NOTHING_OWNED: frozenset[type] = frozenset()
+_NO_CONTEXT_VALUES: Mapping[contextvars.ContextVar[Any], Any] = types.MappingProxyType({})
+_first_class_lock = threading.Lock()
+
+
+def _calling_session(frame: types.FrameType | None) -> SessionGuards | None:
+    """The session a shared guard acts for: the one whose code called it.
+
+    First the caller's frame: its builtins table is the session's own (frames get it from their
+    function or cell, fixed when the session made them), so the class goes where it went when
+    every session had its own guard, even for a function of one session run while another's
+    execution is current. Restricted code cannot choose a frame's builtins: it cannot name
+    `__builtins__`, make functions with other globals, or reach frames. When a library called the
+    guard (its frame has the host's builtins), the session whose cell runs in this context (the
+    current execution, set only by the CELL builtin each cell starts with). None outside both:
+    the caller refuses.
+    """
+    if frame is not None:
+        found = frame.f_builtins.get(SESSION)
+        if _real_type(found) is SessionGuards:
+            return found
+    execution = current_execution.get()
+    return None if execution is None else execution.session
+
+
+class _TypeMeta(type):
+    """The metaclass of the sessions' `type`: type(x) never hands out a metaclass; type(name, bases,
+    ns) is checked. One class for the whole process, stateless.
 
     With the real `type` (or any metaclass) code could create classes whose special attributes it
     may not define, such as `__array_interface__` with a raw memory address for numpy.
     """
 
-    class _TypeMeta(type):
-        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-            if len(args) == 1 and not kwargs:
-                found = _real_type(args[0])
-                if found is type or found is _TypeMeta:
-                    return cls
-                if issubclass(found, type):
-                    raise guards.refuse(
-                        f"type() of class '{args[0].__qualname__}' (its metaclass)", "use isinstance() checks"
-                    )
-                return found
-            if len(args) == 3:
-                return guards.new_class(*args, **kwargs)
-            raise TypeError("type() takes 1 or 3 arguments")
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs:
+            found = _real_type(args[0])
+            if found is type or found is _TypeMeta:
+                return cls
+            if issubclass(found, type):
+                raise PolicyViolation(
+                    f"type() of class '{args[0].__qualname__}' (its metaclass) is not allowed under policy "
+                    f"'{_type_guard_policy.get(cls, '?')}'; use isinstance() checks"
+                )
+            return found
+        if len(args) == 3:
+            guards = _calling_session(sys._getframe(1))
+            if guards is None:
+                raise PolicyViolation(
+                    "type(name, bases, namespace) outside a session's own code is not allowed under policy "
+                    f"'{_type_guard_policy.get(cls, '?')}'; use a class statement"
+                )
+            return guards.new_class(*args, **kwargs)
+        raise TypeError("type() takes 1 or 3 arguments")
 
-        def __instancecheck__(cls, obj: Any) -> bool:
-            return isinstance(obj, type)
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, type)
 
-        def __subclasscheck__(cls, sub: Any) -> bool:
-            return sub is cls or (isinstance(sub, type) and issubclass(sub, type))
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return sub is cls or (isinstance(sub, type) and issubclass(sub, type))
 
-        def __repr__(cls) -> str:
-            return "<class 'type'>"
+    def __repr__(cls) -> str:
+        return "<class 'type'>"
 
-    def class_getitem(cls: Any, params: Any) -> Any:
-        return types.GenericAlias(cls, params)
 
-    return _TypeMeta("type", (), {"__module__": "builtins", "__class_getitem__": classmethod(class_getitem)})
+def _class_getitem(cls: Any, params: Any) -> Any:
+    return types.GenericAlias(cls, params)
+
+
+# The policy name each guard's refusals give (kept outside the class: nothing to read or change).
+_type_guard_policy: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
+
+
+@functools.lru_cache(maxsize=64)
+def _type_guard_for(policy_name: str) -> type:
+    """The `type` every restricted session of a policy gets (issue 18: it was ~5 KiB per session).
+
+    Shared safely because it holds nothing of a session: the one-argument form needs no session,
+    and type(name, bases, ns) finds the calling session (`_calling_session`) and uses that
+    session's `new_class`, whose rules and class records are the session's own. Restricted code
+    cannot change the shared class: writes to any class it did not define are refused
+    (`check_target`), `_TypeMeta` is not reachable (type(type) is the guard itself), and no
+    guard can be a base or metaclass of a session's class (`build_class`, `new_class`).
+    """
+    guard = _TypeMeta(
+        "type", (), {"__module__": "builtins", "__class_getitem__": classmethod(_class_getitem)}
+    )
+    _type_guard_policy[guard] = policy_name
+    return guard
