@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field, create_model
 from ._engine import ReplEngine
 from ._exceptions import FileError, ReplError, SessionNotFound, VariableNotFound
 from ._models import Attachment, ExecutionResult, FileInfo, VariableInfo
-from ._observation import format_size, render_variable, render_variables
+from ._observation import format_size, render_observation, render_variable, render_variables
 from ._stream import FigureEvent, OutputEvent, ResultEvent
 from ._text import clean as _clean
 from ._text import escape_controls
@@ -551,7 +551,7 @@ def run_reply(result: ExecutionResult, session: str, max_chars: int | None = Non
     """run_python's reply for a result in hand (a frontend that adjusted the result renders it here)."""
     return ToolReply(
         tool=RUN_PYTHON.name,
-        text=_clean(result.to_observation(max_chars=max_chars)),
+        text=_clean(render_observation(result, max_chars=max_chars)),
         session=session,
         is_error=not result.ok,
         images=[a for a in result.attachments if a.kind == "image"],

@@ -23,6 +23,7 @@ runs (`stream_mode="custom"`): one `{"genpark_repl": {...}}` item per event (`Ou
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, NamedTuple, get_type_hints
 
@@ -135,10 +136,11 @@ def _mark_error(output: Any) -> Any:
     return output
 
 
-# Resolved once: LangChain reads these hints on every call (to find the injected config), and with this
-# module's string annotations it would evaluate them each time.
+# Resolved once: LangChain reads `_run`'s signature and type hints on every call (to find the injected
+# config); with this module's string annotations it would evaluate them each time.
 for _method in (_EngineTool._run, _EngineTool._arun):
     _method.__annotations__ = get_type_hints(_method)
+    _method.__signature__ = inspect.signature(_method)  # type: ignore[union-attr]
 
 
 class GenparkReplTool(_EngineTool):
