@@ -52,12 +52,17 @@ def _methods(spec: ToolSpec) -> tuple[Callable[..., ToolOutput], Callable[..., A
     parameters = [inspect.Parameter(name, kind, annotation=types.get(name, str)) for name in names]
     signature = inspect.Signature(parameters, return_annotation=ToolOutput)
 
+    def bind(self: Any, args: Any, kwargs: Any) -> tuple[Context | None, dict[str, Any]]:
+        arguments = signature.bind(self, *args, **kwargs).arguments  # a name it lacks is a TypeError
+        del arguments["self"]
+        return arguments.pop("ctx"), arguments
+
     def method(self: "GenparkReplToolSpec", *args: Any, **kwargs: Any) -> ToolOutput:
-        ctx, arguments = _bind(signature, self, args, kwargs)
+        ctx, arguments = bind(self, args, kwargs)
         return _output(spec.call(self.engine, self._session_sync(ctx), arguments), arguments)
 
     async def amethod(self: "GenparkReplToolSpec", *args: Any, **kwargs: Any) -> ToolOutput:
-        ctx, arguments = _bind(signature, self, args, kwargs)
+        ctx, arguments = bind(self, args, kwargs)
         session = await self.session_id(ctx)
         # Streams only from here: the async tool runs on the workflow's own loop.
         options = {"on_event": _stream_to(ctx)} if spec is tools.RUN_PYTHON and ctx is not None else {}
@@ -71,15 +76,6 @@ def _methods(spec: ToolSpec) -> tuple[Callable[..., ToolOutput], Callable[..., A
         function.__name__, function.__qualname__ = name, f"GenparkReplToolSpec.{name}"
         function.__signature__ = signature  # type: ignore[union-attr]
     return method, amethod
-
-
-def _bind(
-    signature: inspect.Signature, self: Any, args: Any, kwargs: dict[str, Any]
-) -> tuple[Context | None, dict[str, Any]]:
-    """(ctx, the model's arguments) of a call; anything the signature does not name is a TypeError."""
-    arguments = signature.bind(self, *args, **kwargs).arguments
-    del arguments["self"]
-    return arguments.pop("ctx"), arguments
 
 
 class GenparkReplToolSpec(BaseToolSpec):
@@ -136,7 +132,8 @@ class GenparkReplToolSpec(BaseToolSpec):
         self.session = session
         self.files = None if files is None else tools.SessionFiles(files)
         if include_files:
-            self.spec_functions = [*type(self).spec_functions, *(_pair(s) for s in tools.FILE_TOOLS[:2])]
+            files = (tools.LIST_FILES, tools.DOWNLOAD_FILE)
+            self.spec_functions = [*type(self).spec_functions, *((s.name, "a" + s.name) for s in files)]
         # ctx.store's write lock is an asyncio.Lock; sync callers each run their own loop, so they take
         # turns here instead of contending for it across loops.
         self._sync_lock = threading.Lock()
@@ -203,10 +200,6 @@ class GenparkReplToolSpec(BaseToolSpec):
         spec = _SPECS.get(fn.__name__.removeprefix("a"))
         text = spec.describe(self.engine) if spec is not None else inspect.getdoc(fn) or ""
         return f"{name}{shown}\n{text}".strip()
-
-
-def _pair(spec: ToolSpec) -> tuple[str, str]:
-    return spec.name, "a" + spec.name
 
 
 async def _conversation(ctx: Context | None) -> str:
