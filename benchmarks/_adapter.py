@@ -1,8 +1,8 @@
 """The LangChain adapter's cost: GenparkReplTool.invoke over a bare engine.run, and LangChain's own share.
 
 A separate module because it imports LangChain at the top: the no-op tool's annotations must resolve
-in module globals, as GenparkReplTool's do. LangChain reads `_run`'s type hints on every call (to
-find the injected `config` parameter); GenparkReplTool stores them resolved, and so does the no-op
+in module globals, as GenparkReplTool's do. LangChain reads `_run`'s signature and type hints on every
+call (to find the injected `config` parameter); GenparkReplTool stores both computed, and so does the no-op
 tool, so that "LangChain's own cost" is the least a tool of this shape pays, not a cost we avoid.
 
 Security model: none; it runs `x = 1` through the engine under its default policy.
@@ -10,6 +10,7 @@ Security model: none; it runs `x = 1` through the engine under its default polic
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal, get_type_hints
 
 from langchain_core.runnables import RunnableConfig
@@ -38,7 +39,9 @@ class NoopTool(BaseTool):
         return "", {}
 
 
-NoopTool._run.__annotations__ = get_type_hints(NoopTool._run)  # as GenparkReplTool does
+# As GenparkReplTool does: its hints resolved and its signature computed once.
+NoopTool._run.__annotations__ = get_type_hints(NoopTool._run)
+NoopTool._run.__signature__ = inspect.signature(NoopTool._run)  # type: ignore[attr-defined]
 
 
 def make_calls(timeout_s: float) -> tuple[ReplEngine, dict[str, Any], str | None]:

@@ -16,7 +16,9 @@ tool vocabulary:
                             files from the host with `upload_files` instead)
 
 A frontend decides only how a conversation maps to a session id, and how a reply becomes its
-framework's message.
+framework's message. It need not name the functions: `spec.call(engine, session, arguments)` (and
+`await spec.acall(...)`) calls the tool a `ToolSpec` describes with the model's arguments, so an adapter
+is one generic class driven by the specs, and `spec.schema` is the arguments as a pydantic model.
 
 Streaming: `run_python` / `arun_python` take `on_event`, called with each `OutputEvent` (and
 `FigureEvent`) while the code runs, before the reply is returned; a frontend passes it on to its
@@ -27,15 +29,18 @@ dropped for the rest of the call: the code keeps running and the reply is the sa
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, Field, create_model
 
 from ._engine import ReplEngine
 from ._exceptions import FileError, ReplError, SessionNotFound, VariableNotFound
 from ._models import Attachment, ExecutionResult, FileInfo, VariableInfo
-from ._observation import format_size, render_variable, render_variables
+from ._observation import format_size, render_observation, render_variable, render_variables
 from ._stream import FigureEvent, OutputEvent, ResultEvent
 from ._text import clean as _clean
 from ._text import escape_controls
@@ -80,13 +85,41 @@ _LISTED_NAMES = 30  # names offered when inspect_variable misses
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A tool's model-facing contract: its name, title, description and argument descriptions."""
+    """A tool's model-facing contract: its name, title, description and argument descriptions
+    (each a string unless `defaults` gives it a default, whose type it then has)."""
 
     name: str
     title: str
     description: str
     arguments: dict[str, str] = field(default_factory=dict)
     read_only: bool = False
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    @functools.cached_property
+    def schema(self) -> type[BaseModel]:
+        """The arguments as a pydantic model, e.g. `RunPythonInput(code: str)`."""
+        fields: dict[str, Any] = {
+            name: (type(self.defaults[name]), Field(self.defaults[name], description=text))
+            if name in self.defaults
+            else (str, Field(description=text))
+            for name, text in self.arguments.items()
+        }
+        model: type[BaseModel] = create_model(self.name.title().replace("_", "") + "Input", **fields)
+        return model
+
+    def call(
+        self, engine: ReplEngine, session: str, arguments: Mapping[str, Any], **options: Any
+    ) -> ToolReply:
+        """This tool's reply to the model's `arguments` (only the spec's own names: a model cannot pick
+        the session this way). `options` are the frontend's: `on_event` for run_python,
+        `include_bytes` for download_file. (upload_file is called directly: it takes bytes.)"""
+        return _function(self, arguments, 0)(engine, session=session, **arguments, **options)  # type: ignore[no-any-return]
+
+    async def acall(
+        self, engine: ReplEngine, session: str, arguments: Mapping[str, Any], **options: Any
+    ) -> ToolReply:
+        """The async twin of `call`."""
+        return await _function(self, arguments, 1)(engine, session=session, **arguments, **options)  # type: ignore[no-any-return]
 
     def describe(self, engine: ReplEngine) -> str:
         """The description with what this engine adds (policy and time limit for run_python)."""
@@ -174,6 +207,7 @@ UPLOAD_FILE = ToolSpec(
         "content": "The file's content: text, or base64 when content_base64 is true.",
         "content_base64": "Whether content is base64-encoded bytes.",
     },
+    defaults={"content_base64": False},
 )
 FILE_TOOLS = (LIST_FILES, DOWNLOAD_FILE, UPLOAD_FILE)
 _LISTED_FILES = 50
@@ -483,6 +517,23 @@ def _file_failure(spec: ToolSpec, session: str, exc: ReplError) -> ToolReply:
     )
 
 
+_FUNCTIONS: dict[str, tuple[Callable[..., ToolReply], Callable[..., Awaitable[ToolReply]]]] = {
+    RUN_PYTHON.name: (run_python, arun_python),
+    LIST_VARIABLES.name: (list_variables, alist_variables),
+    INSPECT_VARIABLE.name: (inspect_variable, ainspect_variable),
+    RESET_SESSION.name: (reset_session, areset_session),
+    LIST_FILES.name: (list_files, alist_files),
+    DOWNLOAD_FILE.name: (download_file, adownload_file),
+}  # upload_file takes bytes, not the model's base64 flag: its frontends call it themselves
+
+
+def _function(spec: ToolSpec, arguments: Mapping[str, Any], which: int) -> Callable[..., Any]:
+    if not spec.arguments.keys() >= arguments.keys():
+        unknown = ", ".join(sorted(arguments.keys() - spec.arguments.keys()))
+        raise TypeError(f"{spec.name} takes no argument {unknown}")
+    return _FUNCTIONS[spec.name][which]
+
+
 def is_error(data: dict[str, Any]) -> bool:
     """A reply's `is_error`, recovered from its `data` alone (for frameworks that keep only the data,
     such as LangChain's artifact)."""
@@ -500,7 +551,7 @@ def run_reply(result: ExecutionResult, session: str, max_chars: int | None = Non
     """run_python's reply for a result in hand (a frontend that adjusted the result renders it here)."""
     return ToolReply(
         tool=RUN_PYTHON.name,
-        text=_clean(result.to_observation(max_chars=max_chars)),
+        text=_clean(render_observation(result, max_chars=max_chars)),
         session=session,
         is_error=not result.ok,
         images=[a for a in result.attachments if a.kind == "image"],

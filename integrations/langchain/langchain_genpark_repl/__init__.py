@@ -12,29 +12,9 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
-from .tools import (
-    GenparkDownloadTool,
-    GenparkFilesTool,
-    GenparkInspectTool,
-    GenparkReplTool,
-    GenparkReplToolkit,
-    GenparkResetTool,
-    GenparkVariablesTool,
-    SessionResolver,
-    thread_session,
-)
+from . import tools as _tools
+from .tools import *  # noqa: F403 - the public names are tools.__all__, listed once
 
 __version__ = _metadata.version("langchain-genpark-repl")  # the one source is pyproject.toml
 
-__all__ = [
-    "GenparkDownloadTool",
-    "GenparkFilesTool",
-    "GenparkInspectTool",
-    "GenparkReplTool",
-    "GenparkReplToolkit",
-    "GenparkResetTool",
-    "GenparkVariablesTool",
-    "SessionResolver",
-    "__version__",
-    "thread_session",
-]
+__all__ = [*_tools.__all__, "__version__"]  # noqa: PLE0604 - a list of names, as the checker cannot see

@@ -1,8 +1,8 @@
 """GenparkReplToolSpec: genpark-repl-tools sessions as LlamaIndex tools, one namespace per conversation."""
 
-# No `from __future__ import annotations` in this module: LlamaIndex reads the tool methods' annotations at
-# run time (inspect.signature, no eval_str) to find the injected `Context` parameter and to build the
-# schema, so they must be the real objects, not strings.
+# No `from __future__ import annotations` in this module: LlamaIndex reads the tool methods' signatures at
+# run time (inspect.signature, no eval_str) to find the injected `Context` parameter, so their annotations
+# must be the real objects, not strings.
 
 import asyncio
 import concurrent.futures
@@ -18,7 +18,7 @@ from llama_index.core.tools.tool_spec.base import SPEC_FUNCTION_TYPE, BaseToolSp
 from llama_index.core.workflow import Context, Event
 
 from genpark_repl_tools import ReplEngine, tools
-from genpark_repl_tools.tools import ToolReply
+from genpark_repl_tools.tools import ToolReply, ToolSpec
 
 __all__ = ["STORE_KEY", "GenparkReplStreamEvent", "GenparkReplToolSpec"]
 
@@ -26,6 +26,7 @@ STORE_KEY = "genpark_repl_session"
 """Key under which a conversation's session id lives in `ctx.store` (a plain string, so it serializes)."""
 
 _T = TypeVar("_T")
+_SPECS = {spec.name: spec for spec in (*tools.TOOLS, *tools.FILE_TOOLS)}
 
 
 class GenparkReplStreamEvent(Event):
@@ -40,6 +41,41 @@ class GenparkReplStreamEvent(Event):
     stream: str = ""
     text: str = ""
     attachment: dict[str, Any] | None = None
+
+
+def _methods(spec: ToolSpec) -> tuple[Callable[..., ToolOutput], Callable[..., Awaitable[ToolOutput]]]:
+    """The core's tool as a sync and an async method `(self, <its arguments>: str, ctx: Context)`: the
+    signature LlamaIndex reads (it injects `ctx`, hidden from the schema); the core's docstring."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    names = ("self", *spec.arguments, "ctx")
+    types: dict[str, Any] = {"self": inspect.Parameter.empty, "ctx": Context}
+    parameters = [inspect.Parameter(name, kind, annotation=types.get(name, str)) for name in names]
+    signature = inspect.Signature(parameters, return_annotation=ToolOutput)
+
+    def bind(self: Any, args: Any, kwargs: Any) -> tuple[Context | None, dict[str, Any]]:
+        arguments = signature.bind(self, *args, **kwargs).arguments  # a name it lacks is a TypeError
+        del arguments["self"]
+        return arguments.pop("ctx"), arguments
+
+    def method(self: "GenparkReplToolSpec", *args: Any, **kwargs: Any) -> ToolOutput:
+        ctx, arguments = bind(self, args, kwargs)
+        return _output(spec.call(self.engine, self._session_sync(ctx), arguments), arguments)
+
+    async def amethod(self: "GenparkReplToolSpec", *args: Any, **kwargs: Any) -> ToolOutput:
+        ctx, arguments = bind(self, args, kwargs)
+        session = await self.session_id(ctx)
+        # Streams only from here: the async tool runs on the workflow's own loop.
+        options = {"on_event": _stream_to(ctx)} if spec is tools.RUN_PYTHON and ctx is not None else {}
+        return _output(await spec.acall(self.engine, session, arguments, **options), arguments)
+
+    arguments = "".join(f"\n    {name} (str): {text}" for name, text in spec.arguments.items())
+    method.__doc__ = spec.description + (f"\n\nArgs:{arguments}" if arguments else "")
+    streamed = "; it also streams the output (`GenparkReplStreamEvent`)" if spec is tools.RUN_PYTHON else ""
+    amethod.__doc__ = f"Async twin of `{spec.name}`{streamed}."
+    for function, name in ((method, spec.name), (amethod, "a" + spec.name)):
+        function.__name__, function.__qualname__ = name, f"GenparkReplToolSpec.{name}"
+        function.__signature__ = signature  # type: ignore[union-attr]
+    return method, amethod
 
 
 class GenparkReplToolSpec(BaseToolSpec):
@@ -73,6 +109,13 @@ class GenparkReplToolSpec(BaseToolSpec):
         ("inspect_variable", "ainspect_variable"),
     ]
 
+    # The tools, each a sync/async pair with the core's words (tools.RUN_PYTHON, ...).
+    run_python, arun_python = _methods(tools.RUN_PYTHON)
+    list_variables, alist_variables = _methods(tools.LIST_VARIABLES)
+    inspect_variable, ainspect_variable = _methods(tools.INSPECT_VARIABLE)
+    list_files, alist_files = _methods(tools.LIST_FILES)
+    download_file, adownload_file = _methods(tools.DOWNLOAD_FILE)
+
     def __init__(
         self,
         engine: ReplEngine | None = None,
@@ -89,133 +132,28 @@ class GenparkReplToolSpec(BaseToolSpec):
         self.session = session
         self.files = None if files is None else tools.SessionFiles(files)
         if include_files:
-            self.spec_functions = [
-                *type(self).spec_functions,
-                ("list_files", "alist_files"),
-                ("download_file", "adownload_file"),
-            ]
+            files = (tools.LIST_FILES, tools.DOWNLOAD_FILE)
+            self.spec_functions = [*type(self).spec_functions, *((s.name, "a" + s.name) for s in files)]
         # ctx.store's write lock is an asyncio.Lock; sync callers each run their own loop, so they take
         # turns here instead of contending for it across loops.
         self._sync_lock = threading.Lock()
-
-    # ---- tools: the signatures and docstrings below are the model's prompt -----------------------
-
-    def run_python(self, code: str, ctx: Context) -> ToolOutput:
-        """Run Python code in your persistent Python session and see what happened.
-
-        Variables, functions and imports stay defined between calls in this conversation: build on
-        earlier results instead of recomputing them. The reply shows printed output, the value of the
-        last line when it is an expression (as in a notebook), any error with the failing line, and
-        which variables changed. An error keeps earlier variables: fix the code and run it again.
-
-        Args:
-            code (str): Python source to run, e.g. "import math\\nr = 2\\nmath.pi * r ** 2".
-        """
-        return _output(tools.run_python(self.engine, code, self._session_sync(ctx)), code=code)
-
-    async def arun_python(self, code: str, ctx: Context) -> ToolOutput:
-        """Async twin of `run_python`; it also streams the output (`GenparkReplStreamEvent`)."""
-        session = await self.session_id(ctx)
-        on_event = _stream_to(ctx) if ctx is not None else None
-        return _output(await tools.arun_python(self.engine, code, session, on_event), code=code)
-
-    def list_variables(self, ctx: Context) -> ToolOutput:
-        """List the variables, functions and classes defined in your Python session.
-
-        Each comes with its type, size and a one-line preview. Use it to recall what already exists
-        before writing code that depends on it.
-        """
-        return _output(tools.list_variables(self.engine, self._session_sync(ctx)))
-
-    async def alist_variables(self, ctx: Context) -> ToolOutput:
-        """Async twin of `list_variables`."""
-        return _output(await tools.alist_variables(self.engine, await self.session_id(ctx)))
-
-    def inspect_variable(self, name: str, ctx: Context) -> ToolOutput:
-        """Show one variable from your Python session in detail.
-
-        Gives its type, length or shape, dtype and a preview of its value; large values are shortened,
-        never printed in full.
-
-        Args:
-            name (str): The variable's name, e.g. "df".
-        """
-        return _output(tools.inspect_variable(self.engine, name, self._session_sync(ctx)), name=name)
-
-    async def ainspect_variable(self, name: str, ctx: Context) -> ToolOutput:
-        """Async twin of `inspect_variable`."""
-        return _output(
-            await tools.ainspect_variable(self.engine, name, await self.session_id(ctx)), name=name
-        )
-
-    def list_files(self, ctx: Context) -> ToolOutput:
-        """List the files in your Python session's working directory (the files you were given and
-        the ones your code wrote), each with its size and type. Code opens them by name."""
-        return _output(tools.list_files(self.engine, self._session_sync(ctx)))
-
-    async def alist_files(self, ctx: Context) -> ToolOutput:
-        """Async twin of `list_files`."""
-        return _output(await tools.alist_files(self.engine, await self.session_id(ctx)))
-
-    def download_file(self, name: str, ctx: Context) -> ToolOutput:
-        """Read one file of your Python session's working directory: its text when it is text.
-
-        Args:
-            name (str): The file's name as list_files shows it, e.g. "clean.csv".
-        """
-        return _output(tools.download_file(self.engine, name, self._session_sync(ctx)), name=name)
-
-    async def adownload_file(self, name: str, ctx: Context) -> ToolOutput:
-        """Async twin of `download_file`."""
-        return _output(await tools.adownload_file(self.engine, name, await self.session_id(ctx)), name=name)
-
-    def _description(self, name: str, fn: Callable[..., Any]) -> str:
-        # The core's words (one vocabulary in every frontend) after the call's signature. LlamaIndex's
-        # default would put the return annotation's dotted path into the prompt.
-        sig = inspect.signature(fn)
-        params = [p for p in sig.parameters.values() if p.annotation is not Context]
-        shown = sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
-        known = (*tools.TOOLS, *tools.FILE_TOOLS)
-        spec = next((t for t in known if t.name == fn.__name__.removeprefix("a")), None)
-        text = spec.describe(self.engine) if spec is not None else inspect.getdoc(fn) or ""
-        return f"{name}{shown}\n{text}".strip()
 
     # ---- sessions -------------------------------------------------------------------------------
 
     async def session_id(self, ctx: Context | None) -> str:
         """The engine session these tools use for `ctx`'s conversation, created on first use."""
-        found = await self._session_id(ctx)
+        found = self.session if self.session is not None else await _conversation(ctx)
         if self.files is not None:
             await asyncio.to_thread(self.files.seed, self.engine, found)
         return found
 
-    async def _session_id(self, ctx: Context | None) -> str:
-        if self.session is not None:
-            return self.session
-        if ctx is None:
-            raise ValueError(
-                "no session for this call: pass the workflow Context (agents inject it) "
-                "or create GenparkReplToolSpec(session=...)"
-            )
-        found = await ctx.store.get(STORE_KEY, default=None)
-        if isinstance(found, str):
-            return found
-        # Parallel first calls of one conversation must agree on one id: decide it under the store's
-        # write lock. Typed workflow state needs a `genpark_repl_session: str | None = None` field.
-        async with ctx.store.edit_state() as state:
-            found = getattr(state, STORE_KEY, None)
-            if not isinstance(found, str):
-                found = uuid.uuid4().hex
-                setattr(state, STORE_KEY, found)
-        return found
-
     def _session_sync(self, ctx: Context | None) -> str:
-        if self.session is not None:
-            if self.files is not None:
-                self.files.seed(self.engine, self.session)
-            return self.session
-        with self._sync_lock:
-            return _run_coroutine(self.session_id(ctx))
+        if self.session is None:
+            with self._sync_lock:
+                return _run_coroutine(self.session_id(ctx))
+        if self.files is not None:
+            self.files.seed(self.engine, self.session)
+        return self.session
 
     # ---- LlamaIndex plumbing --------------------------------------------------------------------
 
@@ -226,9 +164,9 @@ class GenparkReplToolSpec(BaseToolSpec):
     ) -> list[FunctionTool]:
         """The tools, sync and async, each answering with this spec's own `ToolOutput`."""
         mapping = func_to_metadata_mapping or {}
-        tools = []
-        for spec in spec_functions or self.spec_functions:
-            names = (spec,) if isinstance(spec, str) else spec
+        found = []
+        for entry in spec_functions or self.spec_functions:
+            names = (entry,) if isinstance(entry, str) else entry
             fns = [getattr(self, name) for name in names]
             sync_fn = next((f for f in fns if not inspect.iscoroutinefunction(f)), None)
             async_fn = next((f for f in fns if inspect.iscoroutinefunction(f)), None)
@@ -236,64 +174,84 @@ class GenparkReplToolSpec(BaseToolSpec):
             assert main is not None
             metadata = next((mapping[n] for n in names if n in mapping), None)
             name = metadata.get_name() if metadata is not None else main.__name__
-            tools.append(
+            keep, akeep = _keep_output(name)  # FunctionTool would str() a returned ToolOutput
+            found.append(
                 FunctionTool.from_defaults(
                     fn=sync_fn,
                     async_fn=async_fn,
                     name=name,
                     description=None if metadata is not None else self._description(name, main),
                     tool_metadata=metadata,
-                    # FunctionTool would str() a returned ToolOutput; the callback hands it on whole.
-                    callback=_keep_output(name),
-                    async_callback=_akeep_output(name),
+                    callback=keep,
+                    async_callback=akeep,
                     # A pinned session needs no Context, so direct `tool.call(code=...)` works too;
                     # an agent's injected ctx still overrides this.
                     partial_params={"ctx": None} if self.session is not None else None,
                 )
             )
-        return tools
+        return found
+
+    def _description(self, name: str, fn: Callable[..., Any]) -> str:
+        # The call's signature, then the core's words (with this engine's policy and time limit). LlamaIndex's
+        # default would put the return annotation's dotted path into the prompt.
+        sig = inspect.signature(fn)
+        params = [p for p in sig.parameters.values() if p.annotation is not Context]
+        shown = sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
+        spec = _SPECS.get(fn.__name__.removeprefix("a"))
+        text = spec.describe(self.engine) if spec is not None else inspect.getdoc(fn) or ""
+        return f"{name}{shown}\n{text}".strip()
+
+
+async def _conversation(ctx: Context | None) -> str:
+    """The session id kept in `ctx.store`, created on first use."""
+    if ctx is None:
+        raise ValueError(
+            "no session for this call: pass the workflow Context (agents inject it) "
+            "or create GenparkReplToolSpec(session=...)"
+        )
+    found = await ctx.store.get(STORE_KEY, default=None)
+    if isinstance(found, str):
+        return found
+    # Parallel first calls of one conversation must agree on one id: decide it under the store's
+    # write lock. Typed workflow state needs a `genpark_repl_session: str | None = None` field.
+    async with ctx.store.edit_state() as state:
+        found = getattr(state, STORE_KEY, None)
+        if not isinstance(found, str):
+            found = uuid.uuid4().hex
+            setattr(state, STORE_KEY, found)
+    return found
 
 
 def _stream_to(ctx: Context) -> tools.OnEvent:
-    # Only from the async tool: it runs on the workflow's loop, where writing to the stream is safe.
-    def write(event: Any) -> None:
-        ctx.write_event_to_stream(GenparkReplStreamEvent(**event.model_dump(mode="json")))
-
-    return write
+    return lambda event: ctx.write_event_to_stream(GenparkReplStreamEvent(**event.model_dump(mode="json")))
 
 
-def _output(reply: ToolReply, **kwargs: str) -> ToolOutput:
+def _output(reply: ToolReply, arguments: dict[str, Any]) -> ToolOutput:
     """The tool layer's reply as a ToolOutput: text (+ an ImageBlock per image), data as raw_output."""
     blocks: list[ContentBlock] = [TextBlock(text=reply.text)]
-    blocks.extend(
+    blocks += [
         ImageBlock(image=a.data_base64.encode("ascii"), image_mimetype=a.mime_type) for a in reply.images
-    )
+    ]
     return ToolOutput(
         tool_name=reply.tool,
         blocks=blocks,
-        raw_input={"args": (), "kwargs": kwargs},
+        raw_input={"args": (), "kwargs": arguments},
         raw_output=reply.data,
         is_error=reply.is_error,
     )
 
 
-def _keep_output(name: str) -> Callable[[Any], ToolOutput | None]:
+def _keep_output(name: str) -> tuple[Callable[[Any], ToolOutput | None], Callable[[Any], Awaitable[Any]]]:
     def keep(raw: Any) -> ToolOutput | None:
         if isinstance(raw, ToolOutput):
             raw.tool_name = name
             return raw
         return None
 
-    return keep
-
-
-def _akeep_output(name: str) -> Callable[[Any], Awaitable[ToolOutput | None]]:
-    keep = _keep_output(name)
-
     async def akeep(raw: Any) -> ToolOutput | None:
         return keep(raw)
 
-    return akeep
+    return keep, akeep
 
 
 def _run_coroutine(coro: Coroutine[Any, Any, _T]) -> _T:
