@@ -141,3 +141,19 @@ def test_code_reaches_the_worker_as_written() -> None:
             there, here = sub.run(snippet, "s"), local.run(snippet, "s")
             assert (there.status, there.stdout, there.value) == (here.status, here.stdout, here.value)
         assert sub.run(code, "s").stdout == "żółć 🐍\t 7\n"
+
+
+# ---- frames -----------------------------------------------------------------------------------------
+
+
+def test_frames_of_any_size_come_out_whole_and_in_order() -> None:
+    big = bytes(range(256)) * 1024  # 256 KiB: copied out through a memoryview
+    stream = P.encode(P.RESULT, b"small", 1) + P.encode(P.SNAPSHOT_DATA, big, 2) + P.encode(P.ACK, b"", 3)
+    frames = P.FrameBuffer()
+    got = []
+    for start in range(0, len(stream), 50_000):  # fed in pieces that split headers and payloads
+        frames.feed(stream[start : start + 50_000])
+        while (frame := frames.next_tagged()) is not None:
+            got.append(frame)
+    assert got == [(P.RESULT, 1, b"small"), (P.SNAPSHOT_DATA, 2, big), (P.ACK, 3, b"")]
+    assert not frames.pending()
