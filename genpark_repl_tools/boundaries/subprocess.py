@@ -51,6 +51,7 @@ _VARIABLES = TypeAdapter(list[VariableInfo])
 # A snapshot or restore in the worker is bounded by max(timeout_s, this) there (snapshot/_save.py,
 # _load.py); the host waits that long plus room for moving the blob.
 _SNAPSHOT_BUDGET_S = 60.0
+_FAILED_BYTES = 2000
 
 
 class _SessionState:
@@ -601,8 +602,9 @@ class SubprocessBoundary(BaseBoundary):
         """A query's reply; a worker that failed, died or did not answer is stopped (BoundaryError)."""
         state.last_used = time.monotonic()
         if isinstance(reply, tuple):
-            if reply[0] == P.FAILED:
-                raise BoundaryError(f"the worker could not answer: {reply[1].decode('utf-8', 'replace')}")
+            if reply[0] == P.FAILED:  # bounded: the worker's words end up before a model or in a log
+                why = reply[1][:_FAILED_BYTES].decode("utf-8", "replace")
+                raise BoundaryError(f"the worker could not answer: {why}")
             return reply
         code = self._retire(state, worker, drain=(None, None))
         state.lost = "crashed"

@@ -117,6 +117,14 @@ def test_the_engine_serves_other_sessions_meanwhile(engine: ReplEngine) -> None:
     assert engine.run("x", "other").value == "1"
 
 
+def test_a_worker_failure_message_is_bounded(engine: ReplEngine) -> None:
+    valid = json.dumps({**VALID_RESULT, "session": "s"}).encode()
+    engine.run(forge((P.RESULT, valid, 0), (P.FAILED, b"x" * 100_000, 1)), "s")
+    with pytest.raises(BoundaryError, match="could not answer") as raised:
+        engine.variables("s")
+    assert len(str(raised.value)) < 2100
+
+
 # ---- the EXEC payload -------------------------------------------------------------------------------
 
 
