@@ -30,7 +30,7 @@ from .._session import DESCRIBE_BUDGET_S, SessionTable, not_defined
 from ..policy import Policy
 from ._subprocess import _claims
 from ._subprocess import _protocol as P
-from ._subprocess._host import Died, OutputSink, TimedOut, WorkerHandle
+from ._subprocess._host import Died, Invalid, OutputSink, TimedOut, WorkerHandle
 from ._subprocess._os import prepare_workspace_root, resolve_user, session_dirname
 from ._subprocess._spawn import WorkerPool, worker_env, zygote_config
 
@@ -51,6 +51,7 @@ _VARIABLES = TypeAdapter(list[VariableInfo])
 # A snapshot or restore in the worker is bounded by max(timeout_s, this) there (snapshot/_save.py,
 # _load.py); the host waits that long plus room for moving the blob.
 _SNAPSHOT_BUDGET_S = 60.0
+_FAILED_BYTES = 2000
 
 
 class _SessionState:
@@ -213,7 +214,10 @@ class SubprocessBoundary(BaseBoundary):
             kind, payload = self._query(state, worker, P.VARIABLES, {"hidden": include_hidden})
             if kind != P.VARIABLE_LIST:
                 raise self._unexpected(state, worker, kind)
-            return _VARIABLES.validate_json(payload)
+            try:
+                return _VARIABLES.validate_json(payload)
+            except ValidationError:
+                raise self._unexpected(state, worker, kind, malformed=True) from None
 
     def inspect(self, session: str, name: str) -> VariableInfo:
         state = self._get(session)
@@ -226,7 +230,10 @@ class SubprocessBoundary(BaseBoundary):
                 raise not_defined(name, session)
             if kind != P.VARIABLE:
                 raise self._unexpected(state, worker, kind)
-            return VariableInfo.model_validate_json(payload)
+            try:
+                return VariableInfo.model_validate_json(payload)
+            except ValidationError:
+                raise self._unexpected(state, worker, kind, malformed=True) from None
 
     def reset(self, session: str) -> None:
         state = self._get(session)
@@ -347,7 +354,10 @@ class SubprocessBoundary(BaseBoundary):
                     raise _refusal(data)
                 if kind != P.RESTORED:
                     raise self._unexpected(state, worker, kind)
-                info = SessionRestore.model_validate_json(data)
+                try:
+                    info = SessionRestore.model_validate_json(data)
+                except ValidationError:
+                    raise self._unexpected(state, worker, kind, malformed=True) from None
                 state.execution_count = info.execution_count
                 state.lost = None  # the session is the snapshot's now, not an empty restart
                 state.last_used = time.monotonic()
@@ -369,7 +379,7 @@ class SubprocessBoundary(BaseBoundary):
             view = view[P.PART_BYTES :]
         rid = worker.send(kind, bytes(view))
         del view, payload
-        reply: tuple[int, bytes] | Died | TimedOut = Died()
+        reply: tuple[int, bytes] | Died | Invalid | TimedOut = Died()
         if rid:
             try:
                 if fresh:
@@ -412,7 +422,7 @@ class SubprocessBoundary(BaseBoundary):
             worker = self._start_worker(state, restarted=state.lost is not None)
         out = OutputSink(limits.max_output_chars, request.on_output, "stdout")
         err = OutputSink(limits.max_output_chars, request.on_output, "stderr")
-        rid = worker.send_json(P.EXEC, {"code": request.code, "timeout_s": timeout})
+        rid = worker.send(P.EXEC, P.encode_exec(request.code, timeout))
         state.running = request
         try:
             if worker.pid is None:
@@ -428,15 +438,14 @@ class SubprocessBoundary(BaseBoundary):
         finally:
             state.running = None
         if isinstance(reply, tuple) and reply[0] == P.RESULT:
-            try:
-                result = ExecutionResult.model_validate_json(reply[1])
-            except ValidationError:
-                reply = Died()
-            else:
+            result = self._checked_result(state, reply[1])
+            if result is not None:
                 state.execution_count = result.execution_count
                 _attach_output(result, out, err)
-                result.notes[:0] = notes
+                if notes:
+                    result.notes[:0] = notes
                 return result
+            reply = Invalid()
         killed = isinstance(reply, TimedOut)
         interrupted = killed and reply.interrupted  # type: ignore[union-attr]
         code = self._retire(state, worker, drain=(out, err))
@@ -457,11 +466,36 @@ class SubprocessBoundary(BaseBoundary):
             how: _claims.Lost = "interrupted" if interrupted else "timeout"
         elif state.closed:
             how = "closed"
-        elif not isinstance(reply, (TimedOut, Died)):
+        elif not isinstance(reply, (TimedOut, Died)):  # Invalid, or a frame that is not a RESULT
             how = "invalid"
         else:
             how = "ended"
         result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, limits)
+        return result
+
+    def _checked_result(self, state: _SessionState, data: bytes) -> ExecutionResult | None:
+        """The worker's RESULT as an ExecutionResult, or None if it is not a valid one.
+
+        The worker runs the agent's code, so these bytes may come from a compromised worker. The
+        full schema check (pydantic, from the JSON in one pass) is what stands between them and the
+        host: types, required fields, no unknown fields, nested models, enum values. It is also the
+        cheapest complete path measured (about 3 us; json.loads + model_construct is slower, and an
+        unchecked construct would hand hostile shapes to code that assumes the schema). Size is
+        bounded before this by the frame limit (P.MAX_FRAME), and what the result holds is the
+        session's own data either way: a worker can only ever say things about its own session.
+        So the fields that name a session or where it ran, which the host's accounting and history
+        key on, are the host's to set, never the worker's.
+        """
+        try:
+            result = ExecutionResult.model_validate_json(data)
+        except ValidationError:
+            return None
+        if result.session != state.name:
+            result.session = state.name
+        if result.policy != self.policy.name:
+            result.policy = self.policy.name
+        if result.boundary != self.name:
+            result.boundary = self.name
         return result
 
     def _abandon(self, state: _SessionState, worker: WorkerHandle) -> None:
@@ -548,7 +582,7 @@ class SubprocessBoundary(BaseBoundary):
                     "stopped; the session restarts empty on its next run"
                 )
             worker = settled
-        reply: tuple[int, bytes] | Died | TimedOut = Died()
+        reply: tuple[int, bytes] | Died | Invalid | TimedOut = Died()
         rid = worker.send_json(kind, request)
         if rid:
             try:
@@ -562,28 +596,38 @@ class SubprocessBoundary(BaseBoundary):
         self,
         state: _SessionState,
         worker: WorkerHandle,
-        reply: tuple[int, bytes] | Died | TimedOut,
+        reply: tuple[int, bytes] | Died | Invalid | TimedOut,
         doing: str = "",
     ) -> tuple[int, bytes]:
         """A query's reply; a worker that failed, died or did not answer is stopped (BoundaryError)."""
         state.last_used = time.monotonic()
         if isinstance(reply, tuple):
-            if reply[0] == P.FAILED:
-                raise BoundaryError(f"the worker could not answer: {reply[1].decode('utf-8', 'replace')}")
+            if reply[0] == P.FAILED:  # bounded: the worker's words end up before a model or in a log
+                why = reply[1][:_FAILED_BYTES].decode("utf-8", "replace")
+                raise BoundaryError(f"the worker could not answer: {why}")
             return reply
-        what = "did not answer in time" if isinstance(reply, TimedOut) else "ended"
         code = self._retire(state, worker, drain=(None, None))
         state.lost = "crashed"
-        detail = "" if isinstance(reply, TimedOut) else f" ({_claims.explain_exit(code, self.limits)})"
+        what, detail = "ended", f" ({_claims.explain_exit(code, self.limits)})"
+        if isinstance(reply, TimedOut):
+            what, detail = "did not answer in time", ""
+        elif isinstance(reply, Invalid):
+            what, detail = "sent an invalid reply", ""
         raise BoundaryError(
             f"the worker of session {state.name!r} {what}{doing}{detail}; it was stopped and the session "
             "restarts empty on its next run"
         )
 
-    def _unexpected(self, state: _SessionState, worker: WorkerHandle, kind: int) -> BoundaryError:
+    def _unexpected(
+        self, state: _SessionState, worker: WorkerHandle, kind: int, *, malformed: bool = False
+    ) -> BoundaryError:
         self._retire(state, worker, drain=(None, None))
         state.lost = "crashed"
-        return BoundaryError(f"the worker of session {state.name!r} sent an unexpected reply ({kind!r})")
+        what = "a malformed" if malformed else "an unexpected"
+        return BoundaryError(
+            f"the worker of session {state.name!r} sent {what} reply ({kind!r}); it was stopped and the "
+            "session restarts empty on its next run"
+        )
 
     # ---- sessions -------------------------------------------------------------------------------
 
@@ -676,11 +720,13 @@ class SubprocessBoundary(BaseBoundary):
 
 def _attach_output(result: ExecutionResult, out: OutputSink, err: OutputSink) -> None:
     stdout, stdout_cut = out.finish()
+    if stdout or stdout_cut:  # most calls print nothing: no assignments then
+        result.stdout = result.stdout + stdout if result.stdout else stdout
+        result.stdout_truncated = result.stdout_truncated or stdout_cut
     stderr, stderr_cut = err.finish()
-    result.stdout = result.stdout + stdout if result.stdout else stdout
-    result.stderr = result.stderr + stderr if result.stderr else stderr
-    result.stdout_truncated = result.stdout_truncated or stdout_cut
-    result.stderr_truncated = result.stderr_truncated or stderr_cut
+    if stderr or stderr_cut:
+        result.stderr = result.stderr + stderr if result.stderr else stderr
+        result.stderr_truncated = result.stderr_truncated or stderr_cut
 
 
 def _sign_worker_snapshot(data: bytes, key: bytes) -> SessionSnapshot:

@@ -30,7 +30,7 @@ from ..._text import BYTES_ERRORS
 from . import _protocol as P
 from . import _zygote
 
-__all__ = ["Died", "OutputSink", "TimedOut", "WorkerHandle", "ZygoteClient"]
+__all__ = ["Died", "Invalid", "OutputSink", "TimedOut", "WorkerHandle", "ZygoteClient"]
 
 # Named through the module object, so a rename or move cannot leave a stale string behind.
 _BOOTSTRAP = (
@@ -57,6 +57,12 @@ _POLL_CAP_S = 0.25
 @dataclass(frozen=True)
 class Died:
     """The worker's socket closed before a reply."""
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """The worker broke the protocol (a frame over the size limit, a reply that is not a valid
+    result): it is stopped like a crashed one, and says so."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,11 @@ class WorkerHandle:
         for fd, which in ((sock.fileno(), 0), (out_r, 1), (err_r, 2), (self._wake_r, 3)):
             self._poll.register(fd, select.POLLIN)
             self._open[fd] = which
+        # After a reply: one poll(0) says whether the output pipes hold anything, instead of a read
+        # per pipe that fails with EAGAIN on nearly every call.
+        self._pipes = select.poll()
+        for fd in (out_r, err_r):
+            self._pipes.register(fd, select.POLLIN)
 
     def send(self, kind: int, payload: bytes = b"") -> int:
         """Send one request; its id, or 0 if the worker is gone."""
@@ -159,7 +170,7 @@ class WorkerHandle:
         out: OutputSink | None = None,
         err: OutputSink | None = None,
         rid: int = 0,
-    ) -> tuple[int, bytes] | Died | TimedOut:
+    ) -> tuple[int, bytes] | Died | Invalid | TimedOut:
         """Pump output until the frame answering request `rid` arrives (0: an unsolicited frame such
         as READY), the socket closes, or the deadline passes. Frames answering other requests are
         late replies to abandoned calls: dropped."""
@@ -171,13 +182,15 @@ class WorkerHandle:
                 try:
                     tagged = self.frames.next_tagged()
                 except P.ProtocolError:
-                    return Died()
+                    return Invalid()
                 if tagged is not None:
                     if tagged[1] != rid:
                         continue
                     if rid == self.pending:
                         self.pending = 0
-                    self.drain(out, err, limit=_DRAIN_AFTER_REPLY_BYTES)
+                    # The worker writes its output before its reply, so it is in the pipes now.
+                    if self._pipes.poll(0):
+                        self.drain(out, err, limit=_DRAIN_AFTER_REPLY_BYTES)
                     return tagged[0], tagged[2]
                 if sock_fd not in self._open:
                     return Died()
@@ -264,6 +277,9 @@ class WorkerHandle:
     def _close_fd(self, fd: int) -> None:
         if self._open.pop(fd, None) is not None:
             self._poll.unregister(fd)
+            if fd != self.sock.fileno():
+                with contextlib.suppress(KeyError):
+                    self._pipes.unregister(fd)
 
     def close(self) -> None:
         """Idempotent: a second close must not close descriptor numbers reused since the first."""

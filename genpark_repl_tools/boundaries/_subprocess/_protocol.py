@@ -1,6 +1,9 @@
 """Frames on the host <-> zygote and host <-> worker sockets: 4-byte length, 1-byte kind, 4-byte
 request id, payload.
 
+Payloads are JSON, except where a call is hot: an EXEC request is its time limit as an 8-byte
+double followed by the code in UTF-8 (`encode_exec`), so neither side builds or parses JSON for it.
+
 The worker echoes the id of the request it answers, so the host can tell the reply it waits for from
 the late reply of a call it abandoned (a KeyboardInterrupt or a cancelled task while it waited):
 a reply is never delivered to the wrong call. Frames that answer no request carry id 0.
@@ -11,22 +14,22 @@ SCM_RIGHTS on the frame that needs them; the zygote queues them in arrival order
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
-from typing import Any
 
 __all__ = [
     "MAX_FRAME",
     "FrameBuffer",
     "ProtocolError",
+    "decode_exec",
     "encode",
-    "encode_json",
+    "encode_exec",
     "recv_frame",
     "send_frame",
 ]
 
 HEADER = struct.Struct("!IBI")
+_EXEC_HEAD = struct.Struct("!d")
 # A result is bounded by Limits (output, reprs), but a session with very many variables can still
 # produce a large change list; beyond this the peer is broken or hostile.
 MAX_FRAME = 256 * 1024 * 1024
@@ -62,6 +65,8 @@ HELLO = ord("H")
 EXITED = ord("X")
 SPAWN_FAILED = ord("F")
 
+# Payloads from this size on are copied out of the receive buffer through a memoryview.
+_VIEW_COPY_BYTES = 64 * 1024
 # Snapshot blobs travel in parts of at most this many bytes.
 PART_BYTES = 64 * 1024 * 1024
 
@@ -79,8 +84,18 @@ def encode(kind: int, payload: bytes = b"", rid: int = 0) -> bytes:
     return HEADER.pack(len(payload), kind, rid) + payload
 
 
-def encode_json(kind: int, obj: Any, rid: int = 0) -> bytes:
-    return encode(kind, json.dumps(obj, separators=(",", ":")).encode(), rid)
+def encode_exec(code: str, timeout_s: float) -> bytes:
+    """An EXEC payload. `surrogatepass`: code holding a lone surrogate reaches the worker as written
+    (the runner reports it there, as in-process), as it did when it travelled as JSON."""
+    return _EXEC_HEAD.pack(timeout_s) + code.encode("utf-8", "surrogatepass")
+
+
+def decode_exec(payload: bytes) -> tuple[str, float]:
+    """(code, timeout_s) of an EXEC payload; ProtocolError if it is too short to be one."""
+    if len(payload) < _EXEC_HEAD.size:
+        raise ProtocolError("an EXEC request without its time limit")
+    (timeout_s,) = _EXEC_HEAD.unpack_from(payload)
+    return payload[_EXEC_HEAD.size :].decode("utf-8", "surrogatepass"), timeout_s
 
 
 def send_frame(
@@ -149,6 +164,9 @@ class FrameBuffer:
         end = HEADER.size + length
         if len(buf) < end:
             return None
-        payload = bytes(buf[HEADER.size : end])
+        if length < _VIEW_COPY_BYTES:
+            payload = bytes(buf[HEADER.size : end])
+        else:  # one copy instead of two (a bytearray slice, then bytes): snapshot parts are 64 MiB
+            payload = bytes(memoryview(buf)[HEADER.size : end])
         del buf[:end]
         return kind, rid, payload

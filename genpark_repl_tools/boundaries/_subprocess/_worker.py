@@ -248,15 +248,16 @@ class _Worker:
         result = cancelled_before_start(
             request, self.runtime.name, self.boundary, self.session.execution_count
         )
-        return result.model_dump_json().encode()
+        return _to_json(result)
 
     def _exec(self, payload: bytes) -> bytes:
-        request = json.loads(payload)
+        code, timeout_s = P.decode_exec(payload)
         started = time.perf_counter()
-        cpu_started = _process_cpu_s()
+        own, children = _rusage()
+        cpu_started = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
         try:
-            limits = self._limits_for(float(request["timeout_s"]))
-            cell = compile_cell(request["code"], self.runtime)
+            limits = self._limits_for(timeout_s)
+            cell = compile_cell(code, self.runtime)
             _STDOUT.start_call()
             _STDERR.start_call()
             with self.session.lock:
@@ -264,15 +265,17 @@ class _Worker:
                     self.session, cell, self.runtime, limits, self.boundary, capture_factory=_FdCapture
                 )
             # usage (issue 19): the whole worker's CPU, and its peak memory (a process high-water mark)
-            result.usage.cpu_ms = round((_process_cpu_s() - cpu_started) * 1000, 3)
-            result.usage.peak_memory_mb = _peak_memory_mb()
+            own, children = _rusage()
+            cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+            result.usage.cpu_ms = round((cpu - cpu_started) * 1000, 3)
+            result.usage.peak_memory_mb = _peak_memory_mb(own)
             error = result.error
             if error is not None and error.message == OUT_OF_MEMORY and limits.memory_mb:
                 # The worker's address-space cap is what ran out: say so (Python's MemoryError is silent).
                 error.message = (
                     f"the worker's memory limit of {limits.memory_mb} MiB (Limits.memory_mb) was reached"
                 )
-            return result.model_dump_json().encode()
+            return _to_json(result)
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
             fallback = ExecutionResult(
                 status="error",
@@ -287,7 +290,7 @@ class _Worker:
                     hint="The session is still alive; retry with smaller values or output.",
                 ),
             )
-            return fallback.model_dump_json().encode()
+            return _to_json(fallback)
 
     def _limits_for(self, timeout_s: float) -> Limits:
         limits = self._limits_by_timeout.get(timeout_s)
@@ -368,13 +371,16 @@ def _checked_snapshot_class() -> type[SessionSnapshot]:
     return Checked
 
 
-def _process_cpu_s() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+# The result as UTF-8 JSON bytes in one step (model_dump_json would build a str to encode again).
+_to_json = ExecutionResult.__pydantic_serializer__.to_json
 
 
-def _peak_memory_mb() -> float:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+def _rusage() -> tuple[resource.struct_rusage, resource.struct_rusage]:
+    return resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+
+
+def _peak_memory_mb(own: resource.struct_rusage) -> float:
+    peak = own.ru_maxrss  # KiB on Linux, bytes on macOS
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
