@@ -43,14 +43,14 @@ from typing import Any
 from ._context import session_workspace
 from ._errors import PolicyViolation
 
-__all__ = ["MARK", "SandboxState", "activate", "deactivate", "install", "plain_path"]
+__all__ = ["ACTIVATE", "MARK", "SandboxState", "activate", "deactivate", "install", "plain_path"]
 
 # Key in a restricted session's builtins dict; its value is that session's SandboxState (the guards
 # read it). The hook does not trust it: frames are recognised by the identity of their code.
 MARK = "__repl_sandbox__"
 
 # The runtime's requests to the hook. Accepted only when no sandboxed code is on the stack.
-_ACTIVATE = "genpark_repl.sandbox.activate"
+ACTIVATE = "genpark_repl.sandbox.activate"
 _PROBE = "genpark_repl.sandbox.installed"
 _ADOPT = "genpark_repl.sandbox.adopt"
 
@@ -112,14 +112,16 @@ def activate(spec: tuple[Any, ...]) -> list[contextvars.Token[Any]]:
     """Judge this context's events by the rules `spec` describes until `deactivate` (host code only).
 
     The hook refuses the request when sandboxed code is on the stack, so session code cannot
-    activate looser rules for itself. Returns the hook's token (one per hook, should a second one
-    ever have been added).
+    activate looser rules for itself. The execution is anchored at the caller of the function that
+    raises the event: call this from the frame the execution runs under (the runtime's `enter`
+    raises the event itself, one frame fewer for the hook to walk). Returns the hook's token (one
+    per hook, should a second one ever have been added).
     """
     tokens: list[contextvars.Token[Any]] = []
-    sys.audit(_ACTIVATE, spec, tokens)
+    sys.audit(ACTIVATE, spec, tokens)
     if not tokens:  # the first activation in this process
         install()
-        sys.audit(_ACTIVATE, spec, tokens)
+        sys.audit(ACTIVATE, spec, tokens)
     if not tokens:
         raise RuntimeError("the sandbox audit hook did not answer")  # installed, so it always answers
     return tokens
@@ -772,8 +774,9 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     # sandboxed code since. A generator's frame is never stored: it can be resumed from anywhere.
     # A walk stops at the first stored frame it meets; frames stored above that one have returned
     # (or it would have met them first) and are dropped, so the store only keeps frames of the
-    # thread's current stack and of its last walk. The host's own frames (this package) are not
-    # stored: they end with each run, and holding them would keep a session's objects alive.
+    # thread's current stack and of its last walk. The host's own frames (this package) and the
+    # frames above them are not stored: they end with each run, and holding them would keep a
+    # session's objects alive.
     clean = _thread._local()  # .depths: {key of frame: depth}; .frames: [frame or None by depth]
     suspendable = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
     suspendable |= inspect.CO_ITERABLE_COROUTINE
@@ -802,10 +805,11 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             frame = frame.f_back
         # Clean from the first frame walked down: store what may be stored, drop what has returned.
         kept = frames[: below + 1]
-        for walked, code in reversed(path):
+        for walked, code in reversed(path):  # oldest first, each one's depth is len(kept)
             filename = code.co_filename
-            own = type(filename) is str and filename.startswith(package)
-            kept.append(None if own or code.co_flags & suspendable else walked)
+            if type(filename) is str and filename.startswith(package):
+                break  # the package's frames (and whatever they call) end with the run: not kept
+            kept.append(None if code.co_flags & suspendable else walked)
         if len(depths) > 4 * len(kept) + 256:  # stale keys are harmless (see above), but bounded
             depths = {key_of(f): d for d, f in enumerate(kept) if f is not None}
         else:
@@ -1230,13 +1234,13 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                     made_ids.add(key_of(made))
                 rules = made
                 if type(spec) is tuple:  # immutable: its rules cannot change behind the hook's back
+                    if len(by_spec) >= 4096:  # only a shortcut: forgetting it costs the lookup above
+                        by_spec.clear()
                     by_spec[key_of(spec)] = (spec, rules)
         ever[0] = True
         # The frame the execution runs under (the runtime's caller): it stays on the stack while the
         # execution runs, and the walks of host_direct() stop there.
-        anchor = frame
-        for _ in range(2):  # activate() <- the runtime's enter() <- its caller
-            anchor = anchor.f_back or anchor
+        anchor = frame.f_back or frame  # the caller of the runtime's enter(), which raised the event
         tokens.append(active.set((rules, anchor)))
 
     def probe(args: tuple[Any, ...], frame: FrameType) -> None:
@@ -1250,7 +1254,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         if record is not None and len(args) == 1 and type(args[0]) is CodeType:
             register(args[0], record[0])
 
-    handlers[_ACTIVATE] = on_activate
+    handlers[ACTIVATE] = on_activate
     handlers[_PROBE] = probe
     handlers[_ADOPT] = on_adopt
 
