@@ -166,18 +166,28 @@ def format_refusal(fmt: str, rules: StaticRules, depth: int = 0) -> str | None:
 
 def is_generator(node: ast.FunctionDef | ast.Lambda) -> bool:
     """Whether `node`'s own scope yields (nested functions and classes are their own scopes)."""
-    body: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
-    stack = list(body)
+    # An explicit stack over the fields (no ast.iter_child_nodes generators), skipping leaves that
+    # cannot hold a yield: this runs for every function of a cell, in the audit and the rewrite.
+    stack: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
+    pop, push = stack.pop, stack.append
     while stack:
-        sub = stack.pop()
+        sub = pop()
         if isinstance(sub, (ast.Yield, ast.YieldFrom)):
             return True
-        if isinstance(
-            sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.GeneratorExp)
-        ):
+        if isinstance(sub, _OWN_SCOPES):
             continue
-        stack.extend(ast.iter_child_nodes(sub))
+        for name in sub._fields:
+            value = getattr(sub, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, ast.AST) and type(item) not in LEAVES:
+                        push(item)
+            elif isinstance(value, ast.AST) and type(value) not in LEAVES:
+                push(value)
     return False
+
+
+_OWN_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.GeneratorExp)
 
 
 class _Auditor(ast.NodeVisitor):
@@ -272,7 +282,14 @@ class _Auditor(ast.NodeVisitor):
             self.refuse(node, "builtin", f"{message} (if '{name}' is your own variable, rename it)")
 
     def visit_Name(self, node: ast.Name) -> None:
-        self.check_name(node, node.id, store=not isinstance(node.ctx, ast.Load))
+        name = node.id
+        load = isinstance(node.ctx, ast.Load)
+        # Most names: plain ASCII, no leading underscore (so NFKC leaves them alone and neither the
+        # private-name nor the class-hook rule applies), and not a refused builtin when read.
+        plain = type(name) is str and name.isascii() and name[:1] != "_"
+        if plain and (not load or name not in self.rules.denied_builtins):
+            return
+        self.check_name(node, name, store=not load)
 
     def visit_Global(self, node: ast.Global) -> None:
         for name in node.names:

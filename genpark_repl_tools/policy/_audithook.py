@@ -23,10 +23,12 @@ Refusals raise `PolicyViolation` (a PermissionError) out of the refused operatio
 
 from __future__ import annotations
 
+import _thread
 import ast
 import contextvars
 import dis
 import functools
+import inspect
 import os
 import site
 import sys
@@ -41,14 +43,14 @@ from typing import Any
 from ._context import session_workspace
 from ._errors import PolicyViolation
 
-__all__ = ["MARK", "SandboxState", "activate", "deactivate", "install", "plain_path"]
+__all__ = ["ACTIVATE", "MARK", "SandboxState", "activate", "deactivate", "install", "plain_path"]
 
 # Key in a restricted session's builtins dict; its value is that session's SandboxState (the guards
 # read it). The hook does not trust it: frames are recognised by the identity of their code.
 MARK = "__repl_sandbox__"
 
 # The runtime's requests to the hook. Accepted only when no sandboxed code is on the stack.
-_ACTIVATE = "genpark_repl.sandbox.activate"
+ACTIVATE = "genpark_repl.sandbox.activate"
 _PROBE = "genpark_repl.sandbox.installed"
 _ADOPT = "genpark_repl.sandbox.adopt"
 
@@ -110,14 +112,16 @@ def activate(spec: tuple[Any, ...]) -> list[contextvars.Token[Any]]:
     """Judge this context's events by the rules `spec` describes until `deactivate` (host code only).
 
     The hook refuses the request when sandboxed code is on the stack, so session code cannot
-    activate looser rules for itself. Returns the hook's token (one per hook, should a second one
-    ever have been added).
+    activate looser rules for itself. The execution is anchored at the caller of the function that
+    raises the event: call this from the frame the execution runs under (the runtime's `enter`
+    raises the event itself, one frame fewer for the hook to walk). Returns the hook's token (one
+    per hook, should a second one ever have been added).
     """
     tokens: list[contextvars.Token[Any]] = []
-    sys.audit(_ACTIVATE, spec, tokens)
+    sys.audit(ACTIVATE, spec, tokens)
     if not tokens:  # the first activation in this process
         install()
-        sys.audit(_ACTIVATE, spec, tokens)
+        sys.audit(ACTIVATE, spec, tokens)
     if not tokens:
         raise RuntimeError("the sandbox audit hook did not answer")  # installed, so it always answers
     return tokens
@@ -760,15 +764,61 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             return None
         return entry[1]
 
+    # Frames already found clean, per thread (see sandbox_rules). Security rests on one invariant:
+    # every frame stored here was, when stored, a frame of a plain function (never a generator or
+    # coroutine) with no sandboxed code in it or anywhere below it, and it is held here, so its
+    # identity cannot pass to another frame. A plain function's frame runs exactly once: while it is
+    # still on the stack it has not returned, so the frames below it are the very frames (running
+    # the very code) that were checked. Code objects are registered before they first run (the
+    # runner's cell, generated code, adopted code), so no frame below can have started running
+    # sandboxed code since. A generator's frame is never stored: it can be resumed from anywhere.
+    # A walk stops at the first stored frame it meets; frames stored above that one have returned
+    # (or it would have met them first) and are dropped, so the store only keeps frames of the
+    # thread's current stack and of its last walk. The host's own frames (this package) and the
+    # frames above them are not stored: they end with each run, and holding them would keep a
+    # session's objects alive.
+    clean = _thread._local()  # .depths: {key of frame: depth}; .frames: [frame or None by depth]
+    suspendable = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+    suspendable |= inspect.CO_ITERABLE_COROUTINE
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
     def sandbox_rules(frame: FrameType | None) -> _Rules | None:
         """The rules of the innermost frame of sandboxed code on the stack, or None."""
+        state = clean.__dict__
+        depths: dict[int, int] = state.get("depths") or {}
+        frames: list[FrameType | None] = state.get("frames") or []
+        path: list[tuple[FrameType, CodeType]] = []
+        below = -1  # the depth of the stored frame the walk stopped at; -1: the walk reached the bottom
         while frame is not None:
+            depth = depths.get(key_of(frame))
+            if depth is not None and depth < len(frames) and frames[depth] is frame:
+                if not path and depth == len(frames) - 1:
+                    return None  # the newest stored frame: nothing walked, nothing to drop
+                below = depth
+                break
             code = frame.f_code
             if key_of(code) in sandboxed:
                 found = entry_of(code)
                 if found is not None:
-                    return found
+                    return found  # nothing is stored: the frames walked are above sandboxed code
+            path.append((frame, code))
             frame = frame.f_back
+        # Clean from the first frame walked down: store what may be stored, drop what has returned.
+        kept = frames[: below + 1]
+        for walked, code in reversed(path):  # oldest first, each one's depth is len(kept)
+            filename = code.co_filename
+            if type(filename) is str and filename.startswith(package):
+                break  # the package's frames (and whatever they call) end with the run: not kept
+            kept.append(None if code.co_flags & suspendable else walked)
+        if len(depths) > 4 * len(kept) + 256:  # stale keys are harmless (see above), but bounded
+            depths = {key_of(f): d for d, f in enumerate(kept) if f is not None}
+        else:
+            for d in range(below + 1, len(kept)):
+                stored = kept[d]
+                if stored is not None:
+                    depths[key_of(stored)] = d
+        state["frames"] = kept
+        state["depths"] = depths
         return None
 
     def is_sandboxed(frame: FrameType) -> bool:
@@ -779,6 +829,8 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         stack above it was checked then), or to the bottom."""
         record = active.get()
         stop = record[1] if record is not None else None
+        if stop is None:
+            return sandbox_rules(frame) is None
         while frame is not None and frame is not stop:
             if entry_of(frame.f_code) is not None:
                 return False
@@ -1182,13 +1234,13 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                     made_ids.add(key_of(made))
                 rules = made
                 if type(spec) is tuple:  # immutable: its rules cannot change behind the hook's back
+                    if len(by_spec) >= 4096:  # only a shortcut: forgetting it costs the lookup above
+                        by_spec.clear()
                     by_spec[key_of(spec)] = (spec, rules)
         ever[0] = True
         # The frame the execution runs under (the runtime's caller): it stays on the stack while the
         # execution runs, and the walks of host_direct() stop there.
-        anchor = frame
-        for _ in range(2):  # activate() <- the runtime's enter() <- its caller
-            anchor = anchor.f_back or anchor
+        anchor = frame.f_back or frame  # the caller of the runtime's enter(), which raised the event
         tokens.append(active.set((rules, anchor)))
 
     def probe(args: tuple[Any, ...], frame: FrameType) -> None:
@@ -1202,42 +1254,54 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         if record is not None and len(args) == 1 and type(args[0]) is CodeType:
             register(args[0], record[0])
 
-    commands = {_key(on_activate): on_activate, _key(probe): probe, _key(on_adopt): on_adopt}
-    handlers[_ACTIVATE] = on_activate
+    handlers[ACTIVATE] = on_activate
     handlers[_PROBE] = probe
     handlers[_ADOPT] = on_adopt
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        handler = lookup(event)
-        if handler is None:
-            return
         # Arguments may come from sys.audit() with objects of any class: the hook looks only at exact
         # types, so none of their code runs while its frame (and its state) is on the stack.
+        # The hottest event first: reading a frame's f_code raises it, and every walk reads f_code.
         if event == "object.__getattr__":
             if len(args) > 1 and type(args[1]) is str and args[1] in ("f_code", "gi_code"):
                 return  # code objects are harmless to read; the hook reads f_code itself
-        elif event == "sys._getframe" and args and type(args[0]) is FrameType and args[0].f_code is own_code:
-            return  # the hook looking at its own frame
-        record = active.get()
-        command = commands.get(_key(handler))
-        if record is None and not ever[0] and command is None:
-            return  # no restricted code ever ran in this process
-        frame: FrameType = getframe(0).f_back  # type: ignore[assignment]
-        if command is not None:
-            command(args, frame)
-            return
-        rules = None if record is None else record[0]
-        if rules is not None and key_of(rules) not in made_ids:
-            rules = _Rules(("unknown", False, None, frozenset(), ()))  # not made here: deny everything
-        if rules is None:
-            if not ever[0]:
+            handler: Callable[..., None] = on_getattr
+        else:
+            found = lookup(event)
+            if found is None:
                 return
+            handler = found
+            if handler is on_getframe:
+                if args and type(args[0]) is FrameType and args[0].f_code is own_code:
+                    return  # the hook looking at its own frame
+            elif handler is on_activate or handler is on_adopt or handler is probe:
+                handler(args, getframe(0).f_back)
+                return
+        record = active.get()
+        frame: FrameType
+        if record is None:
+            if not ever[0]:
+                return  # no restricted code ever ran in this process
+            frame = getframe(0).f_back  # type: ignore[assignment]
+            if event == "compile" and frame.f_code is parse_code:
+                return  # ast.parse only builds a tree; compiling that tree is judged again
             rules = sandbox_rules(frame)
             if rules is None:
-                return
-        if event == "compile" and frame.f_code is parse_code:
-            return  # ast.parse only builds a tree; compiling that tree is judged again
-        if event == "compile" and isinstance(args[0], ast.AST) and host_direct(frame):
+                return  # no sandboxed code on the stack: the host's own event
+        else:
+            rules = record[0]
+            if key_of(rules) not in made_ids:
+                rules = _Rules(("unknown", False, None, frozenset(), ()))  # not made here: deny everything
+            elif event == "exec" and args and type(args[0]) is CodeType:
+                # on_exec's first case, before the frame is fetched: the session's own code again
+                # (a cached cell), registered under the rules of this very execution.
+                entry = sandboxed.get(key_of(args[0]))
+                if entry is not None and entry[1] is rules and entry[0]() is args[0]:
+                    return
+            frame = getframe(0).f_back  # type: ignore[assignment]
+            if event == "compile" and frame.f_code is parse_code:
+                return  # ast.parse only builds a tree; compiling that tree is judged again
+        if event == "compile" and args and issubclass(type(args[0]), ast.AST) and host_direct(frame):
             return  # the host compiling a tree of its own (the runner's cells)
         try:
             handler(rules, event, args, frame)

@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import weakref
@@ -24,6 +25,8 @@ from ._rules import rules_for
 from ._transform import transform
 
 __all__ = ["RestrictedRuntime"]
+
+_SPECS_KEPT = 1024  # workspaces whose activation spec a runtime keeps (one per session directory)
 
 
 class RestrictedRuntime:
@@ -47,7 +50,7 @@ class RestrictedRuntime:
         self._workspace: str | None = None
         self._workspace_lock = threading.Lock()
         self.state = SandboxState(policy.name, policy.files, self._resolve_workspace)
-        self._spec: tuple[Any, ...] | None = None
+        self._specs: dict[str | None, tuple[Any, ...]] = {}
         # Before this runtime compiles anything: the hook approves the cells the host compiles.
         _audithook.install()
 
@@ -89,15 +92,25 @@ class RestrictedRuntime:
         # The workspace is resolved (and created) here, in the host's own context, before the hook
         # judges anything; the hook keeps its own copy of these rules.
         workspace = self.state.workspace if self.policy.files else None
-        if self._spec is None:
+        # One spec per workspace (a session with its own directory has its own), made once: the hook
+        # remembers specs by identity, so a new tuple per run would cost it a lookup by value and
+        # a new entry each time.
+        spec = self._specs.get(workspace)
+        if spec is None:
             rules = self.rules
-            self._spec = _audithook.rules_spec(
+            spec = _audithook.rules_spec(
                 self.policy.name, self.policy.files, workspace, rules.denied_attrs, rules.denied_prefixes
             )
-        spec = self._spec
-        if spec[2] != workspace:  # a session with its own workspace: same rules, its directory
-            spec = (spec[0], spec[1], workspace, *spec[3:])
-        hook_token = _audithook.activate(spec)
+            if len(self._specs) >= _SPECS_KEPT:
+                self._specs.clear()
+            self._specs[workspace] = spec
+        # The activation request, raised here (not through _audithook.activate): the hook anchors the
+        # execution at this function's caller and walks one frame fewer. The hook was installed
+        # when this runtime was made, so it always answers.
+        hook_token: list[contextvars.Token[Any]] = []
+        sys.audit(_audithook.ACTIVATE, spec, hook_token)
+        if not hook_token:
+            raise RuntimeError("the sandbox audit hook did not answer")
         execution = Execution()
         paths_token = _paths.enter(self.policy.name, workspace)
         return (hook_token, current_execution.set(execution), execution, paths_token)

@@ -64,6 +64,10 @@ _ATTR_HINTS = {
 }
 
 
+_UNKNOWN = object()
+_IMPORT_REFUSALS_KEPT = 4096
+
+
 def exact(value: str) -> str:
     """`value` as a plain str: a str subclass could override the methods the checks call."""
     return value if type(value) is str else str.__str__(value)
@@ -98,6 +102,7 @@ class StaticRules:
         # Only what is importable here: a refusal must not send the model to a module it cannot load.
         self.allowed_modules = [m for m in policy.allowed_modules() if _importable(m)]
         self.key = ""  # digest of the policy, set by rules_for()
+        self._import_refusals: dict[str, str | None] = {}
 
     # ---- attribute names -------------------------------------------------------------------------
 
@@ -136,6 +141,18 @@ class StaticRules:
     def import_refusal(self, module: str) -> str | None:
         if module == "__future__":
             return None
+        # Remembered per name (a pure function of the policy, which is immutable): every cell that
+        # imports pays a dict lookup instead of the policy's rule search.
+        known = self._import_refusals.get(module, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
+        refusal = self._import_refusal(module)
+        if len(self._import_refusals) >= _IMPORT_REFUSALS_KEPT:
+            self._import_refusals.clear()
+        self._import_refusals[exact(module)] = refusal
+        return refusal
+
+    def _import_refusal(self, module: str) -> str | None:
         rule = self.policy.module_rule(module)
         if rule is not None and rule.allowed:
             return None
