@@ -99,3 +99,13 @@ def test_defaults_are_fresh_per_instance() -> None:
 def test_a_missing_required_field_is_refused() -> None:
     with pytest.raises(TypeError, match="session"):
         assemble(ExecutionResult, {"status": "ok"})
+
+
+def test_a_session_name_given_as_a_str_subclass_is_held_as_a_str() -> None:
+    class Name(str):
+        pass
+
+    with ReplEngine(policy="trusted") as engine:
+        result = engine.run("x = 1", Name("conversation-1"))
+    assert type(result.session) is str and result.session == "conversation-1"
+    _check(result)
