@@ -477,7 +477,7 @@ def table_kind(obj: Any) -> str | None:
 
     Decided from the type's module name, so it never imports pandas or numpy.
     """
-    if type(obj) in _PLAIN_TYPES:
+    if id(type(obj)) in _PLAIN_TYPES:
         return None  # the common case (a trailing `x`), without walking the MRO
     for cls in type(obj).__mro__:
         module = getattr(cls, "__module__", None) or ""
