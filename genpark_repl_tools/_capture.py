@@ -72,11 +72,25 @@ class BoundedText:
     """Text kept as head + tail within `limit` characters, however much is written.
 
     A `\r` that does not end a line restarts the line: the next text erases it (see the module doc).
+    With `emit` (`StreamingText`), each write is also handed on while the text is within bounds.
     """
 
-    __slots__ = ("_cr", "_head", "_head_len", "_head_limit", "_tail", "_tail_len", "_tail_limit", "total")
+    __slots__ = (
+        "_cr",
+        "_emit",
+        "_head",
+        "_head_len",
+        "_head_limit",
+        "_name",
+        "_tail",
+        "_tail_len",
+        "_tail_limit",
+        "total",
+    )
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self, limit: int, emit: Callable[[tuple[str, str]], object] | None = None, name: str = "stdout"
+    ) -> None:
         self._head_limit = limit // 2
         self._tail_limit = limit - self._head_limit
         self._head: list[str] = []
@@ -85,52 +99,42 @@ class BoundedText:
         self._tail_len = 0
         self.total = 0
         self._cr = False  # the last text ended with a \r: the line restarts unless \n follows
+        self._emit = emit
+        self._name = name
 
-    def write(self, text: str) -> None:
-        if self._cr or "\r" in text:  # one C-level scan: plain printing pays nothing more
+    def write(self, text: str, _raw: bool = False) -> None:
+        """Keep `text` (`_raw`: a piece without `\r`, or a lone `\r`, from `_write_returns`).
+
+        One method for every write, not split into helpers: it runs once per `print()` argument,
+        and a Python call per argument is what output costs (sandboxed code pays more per call).
+        """
+        before = self.total
+        if not _raw and (self._cr or "\r" in text):  # one C-level scan: plain printing pays nothing more
             self._write_returns(text)
-            return
-        # The body of _append, inlined: this runs once per print() argument.
-        n = len(text)
-        if not n:
-            return
-        self.total += n
-        room = self._head_limit - self._head_len
-        if room > 0:
-            part = text[:room]
-            self._head.append(part)
-            self._head_len += len(part)
-            text = text[room:]
-            if not text:
-                return
-        self._tail.append(text)
-        self._tail_len += len(text)
-        if self._tail_len > 2 * self._tail_limit:
-            # Compact: memory stays within a small multiple of the limit while a cell prints forever.
-            joined = "".join(self._tail)[-self._tail_limit :]
-            self._tail = [joined]
-            self._tail_len = len(joined)
-
-    def _append(self, text: str) -> None:
-        n = len(text)
-        if not n:
-            return
-        self.total += n
-        room = self._head_limit - self._head_len
-        if room > 0:
-            part = text[:room]
-            self._head.append(part)
-            self._head_len += len(part)
-            text = text[room:]
-            if not text:
-                return
-        self._tail.append(text)
-        self._tail_len += len(text)
-        if self._tail_len > 2 * self._tail_limit:
-            # Compact: memory stays within a small multiple of the limit while a cell prints forever.
-            joined = "".join(self._tail)[-self._tail_limit :]
-            self._tail = [joined]
-            self._tail_len = len(joined)
+        elif text:
+            self.total += len(text)
+            rest = text
+            room = self._head_limit - self._head_len
+            if room > 0:
+                part = text[:room]
+                self._head.append(part)
+                self._head_len += len(part)
+                rest = text[room:]
+            if rest:
+                self._tail.append(rest)
+                self._tail_len += len(rest)
+                if self._tail_len > 2 * self._tail_limit:
+                    # Compact: memory stays within a small multiple of the limit while a cell prints forever.
+                    joined = "".join(self._tail)[-self._tail_limit :]
+                    self._tail = [joined]
+                    self._tail_len = len(joined)
+        emit = self._emit
+        if emit is not None and text and not _raw:
+            bound = self._head_limit + self._tail_limit
+            if self.total <= bound:
+                emit((self._name, text))
+            elif before < bound:  # the write that crosses the bound: its part within it
+                emit((self._name, text[: bound - before]))
 
     def _write_returns(self, text: str) -> None:
         for i, part in enumerate(text.split("\r")):
@@ -141,10 +145,10 @@ class BoundedText:
             if self._cr:
                 self._cr = False
                 if part[0] == "\n":
-                    self._append("\r")  # CRLF: a line end, kept as written
+                    BoundedText.write(self, "\r", True)  # CRLF: a line end, kept as written
                 else:
                     self._erase_line()
-            self._append(part)
+            BoundedText.write(self, part, True)
 
     def _erase_line(self) -> None:
         """Drop the text after the last newline (a line longer than the omitted middle: its tail)."""
@@ -172,6 +176,8 @@ class BoundedText:
         return self.total > self._head_limit + self._tail_limit
 
     def getvalue(self) -> str:
+        if not self.total:
+            return ""  # most cells print nothing
         head = "".join(self._head)
         tail = "".join(self._tail)
         if not self.truncated:
@@ -199,44 +205,10 @@ class StreamingText(BoundedText):
     must not raise. `ReplEngine.stream` passes a `deque.append`, which costs no Python frame.
     """
 
-    __slots__ = ("_emit", "_name")
+    __slots__ = ()
 
     def __init__(self, limit: int, emit: Callable[[tuple[str, str]], object], name: str = "stdout") -> None:
-        super().__init__(limit)
-        self._emit = emit
-        self._name = name
-
-    def write(self, text: str) -> None:
-        # BoundedText.write inlined, not called: a frame per print() argument is the streaming cost
-        # that matters (sandboxed code pays more per Python call).
-        before = self.total
-        if self._cr or "\r" in text:
-            self._write_returns(text)
-        else:
-            n = len(text)
-            if not n:
-                return
-            self.total += n
-            room = self._head_limit - self._head_len
-            if room > 0:
-                part = text[:room]
-                self._head.append(part)
-                self._head_len += len(part)
-                rest = text[room:]
-            else:
-                rest = text
-            if rest:
-                self._tail.append(rest)
-                self._tail_len += len(rest)
-                if self._tail_len > 2 * self._tail_limit:
-                    joined = "".join(self._tail)[-self._tail_limit :]
-                    self._tail = [joined]
-                    self._tail_len = len(joined)
-        bound = self._head_limit + self._tail_limit
-        if self.total <= bound:
-            self._emit((self._name, text))
-        elif before < bound:  # the write that crosses the bound: its part within it
-            self._emit((self._name, text[: bound - before]))
+        super().__init__(limit, emit, name)
 
 
 class StreamingCapture:
@@ -362,32 +334,12 @@ _active = 0
 _routers = (_Router("stdout", None), _Router("stderr", None))
 
 
-def _install() -> None:
-    global _active
-    with _lock:
-        out, err = _routers
-        if _active == 0:
-            out.fallback, err.fallback = sys.stdout, sys.stderr
-        # Also when already active: executed code (trusted policy) may have replaced the streams.
-        if sys.stdout is not out:
-            sys.stdout = out
-        if sys.stderr is not err:
-            sys.stderr = err
-        _active += 1
-
-
-def _uninstall() -> None:
-    global _active
-    with _lock:
-        _active -= 1
-        if _active == 0:
-            out, err = _routers
-            sys.stdout, sys.stderr = out.fallback, err.fallback
-            out.fallback = err.fallback = None
-
-
 class capturing:
-    """Route this context's stdout/stderr into `cap` for the duration of the block."""
+    """Route this context's stdout/stderr into `cap` for the duration of the block.
+
+    The routers are installed by the first of the executions running at once and removed by the
+    last (reference-counted under `_lock`).
+    """
 
     __slots__ = ("_cap", "_token")
 
@@ -395,13 +347,29 @@ class capturing:
         self._cap = cap
 
     def __enter__(self) -> OutputCapture:
-        _install()
+        global _active
+        out, err = _routers
+        with _lock:
+            if _active == 0:
+                out.fallback, err.fallback = sys.stdout, sys.stderr
+            # Also when already active: executed code (trusted policy) may have replaced the streams.
+            if sys.stdout is not out:
+                sys.stdout = out
+            if sys.stderr is not err:
+                sys.stderr = err
+            _active += 1
         self._token = _current.set(self._cap)
         return self._cap
 
     def __exit__(self, *exc: object) -> None:
+        global _active
         _current.reset(self._token)
-        _uninstall()
+        with _lock:
+            _active -= 1
+            if _active == 0:
+                out, err = _routers
+                sys.stdout, sys.stderr = out.fallback, err.fallback
+                out.fallback = err.fallback = None
 
 
 @contextmanager

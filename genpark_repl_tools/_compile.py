@@ -7,7 +7,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from types import CodeType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ._models import AuditFinding, ErrorInfo
 from .policy._runtime import PolicyRuntime
@@ -24,6 +24,7 @@ _DYNAMIC_NAMES = frozenset({"globals", "exec", "eval", "vars", "locals", "__buil
 _HOST_MODULES = frozenset({"builtins", "sys", "importlib", "os", "shutil", "pathlib", "subprocess"})
 
 _GUARD_NAME = "__repl_check_timeout__"
+_STORE = ast.Store()  # contexts carry no state: one instance serves every tree
 # Where a cell leaves its trailing expression's value for the runner (which pops it at once).
 VALUE_NAME = "__repl_value__"
 
@@ -179,7 +180,9 @@ def _compile(source: str, runtime: PolicyRuntime) -> CompiledCell:
     if findings:
         return CompiledCell(source, filename, lines, findings=tuple(findings))
 
-    bound = _BoundNames(tree)
+    # Without `global`, `import *` or a name that reads the namespace dynamically in the source, the
+    # compiled code itself names what the cell may bind (read after compiling, below): no tree walk.
+    bound = _BoundNames(tree) if _needs_walk(source) else None
     tree = runtime.transform(tree)
     # Handlers and `with` blocks are the only places a timeout could be swallowed; without the
     # keywords in the source there is nothing to guard and the tree walk is skipped.
@@ -190,14 +193,31 @@ def _compile(source: str, runtime: PolicyRuntime) -> CompiledCell:
     last = tree.body[-1] if tree.body else None
     has_value = isinstance(last, ast.Expr)
     if isinstance(last, ast.Expr):
-        target = ast.copy_location(ast.Name(VALUE_NAME, ast.Store()), last)
-        tree.body[-1] = ast.copy_location(ast.Assign([target], last.value), last)
+        # What ast.copy_location copies, without its per-attribute checks (an Expr has all four).
+        where: dict[str, Any] = {
+            "lineno": last.lineno,
+            "col_offset": last.col_offset,
+            "end_lineno": last.end_lineno,
+            "end_col_offset": last.end_col_offset,
+        }
+        tree.body[-1] = ast.Assign([ast.Name(VALUE_NAME, _STORE, **where)], last.value, **where)
     if guard:
         tree = _TimeoutGuards().visit(tree)
     try:
         body = compile(tree, filename, "exec", dont_inherit=True) if tree.body else None
     except SyntaxError as exc:  # errors only the compiler sees ('return' outside function, ...)
         return CompiledCell(source, filename, lines, syntax_error=syntax_error_info(exc, lines))
+    if bound is None and body is not None:
+        names = _code_names(body)
+        if _DYNAMIC_NAMES.isdisjoint(names):
+            host = "import" in source and any(n.partition(".")[0] in _HOST_MODULES for n in names)
+            return CompiledCell(
+                source, filename, lines, body=body, has_value=has_value, names=frozenset(names),
+                touches_host=host,
+            )  # fmt: skip
+        bound = _BoundNames(parse(source, filename))  # `x.eval(...)` and the like: the exact reading
+    if bound is None:
+        return CompiledCell(source, filename, lines, body=body, has_value=has_value)
     return CompiledCell(
         source,
         filename,
@@ -209,6 +229,26 @@ def _compile(source: str, runtime: PolicyRuntime) -> CompiledCell:
         dynamic=bound.dynamic,
         touches_host=bound.touches_host or bound.dynamic,
     )
+
+
+def _needs_walk(source: str) -> bool:
+    return "global" in source or ("import" in source and "*" in source)
+
+
+def _code_names(code: CodeType) -> set[str]:
+    """Every name the cell's code objects store, delete or read as a global or attribute.
+
+    Over-approximates what the cell may bind in the namespace (reads and attribute names are in
+    `co_names` too), which is what the runner needs; function locals are not there (`co_varnames`).
+    Nested code is included: a comprehension's `:=` stores a global.
+    """
+    names = set(code.co_names)
+    stack = [c for c in code.co_consts if type(c) is CodeType]
+    while stack:
+        nested = stack.pop()
+        names.update(nested.co_names)
+        stack.extend(c for c in nested.co_consts if type(c) is CodeType)
+    return names
 
 
 def syntax_error_info(exc: SyntaxError | ValueError, lines: tuple[str, ...]) -> ErrorInfo:

@@ -256,6 +256,8 @@ class ReplEngine:
         """Check a call's arguments: the request to run, or the result that refuses it."""
         self._check_open()
         _check_session(session)
+        if type(session) is not str:  # a str subclass: results hold exact strs (they are not validated)
+            session = str.__str__(session)
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, not {type(code).__name__}")
         if timeout_s is not None and not timeout_s > 0:

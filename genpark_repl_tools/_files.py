@@ -301,26 +301,25 @@ class FileTracker:
                 return []
             self._empty[session] = mtime
             before = {}
-        after = scan(path)
-        if after:
-            self._known[session] = after
-            self._empty.pop(session, None)
-        else:
-            self._known.pop(session, None)
-        return diff(before, after)
+        return diff(before, self._rescan(session, path))
 
     def refresh(self, session: str, path: Path) -> None:
         """After a host operation: what the host did is not the next run's change."""
-        after = scan(path)
-        if after:
-            self._known[session] = after
-            self._empty.pop(session, None)
-        else:
-            self._known.pop(session, None)
+        if not self._rescan(session, path):
             try:
                 self._empty[session] = os.stat(path).st_mtime_ns
             except OSError:
                 self._empty.pop(session, None)
+
+    def _rescan(self, session: str, path: Path | str) -> Snapshot:
+        """What `path` holds now, kept as the session's last known state."""
+        after = scan(path)
+        if after:
+            self._known[session] = after
+            self._empty.pop(session, None)
+        else:
+            self._known.pop(session, None)
+        return after
 
     def forget(self, session: str) -> None:
         self._known.pop(session, None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +27,7 @@ __all__ = [
     "Usage",
     "VariableChanges",
     "VariableInfo",
+    "assemble",
 ]
 
 
@@ -263,3 +264,74 @@ class ExecutionResult(_Model):
         from ._observation import render_observation
 
         return render_observation(self, max_chars=max_chars)
+
+
+# ---- results the engine builds itself -------------------------------------------------------------
+
+M = TypeVar("M", bound=BaseModel)
+_new = object.__new__
+_set_dict = object.__setattr__
+# BaseModel's own slots, set through their descriptors (what `model_construct` sets, by the fastest path).
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+class _Plan:
+    """How `assemble` fills in what the values leave out, computed once per model class."""
+
+    __slots__ = ("factories", "models", "required", "template")
+
+    def __init__(self, cls: type[BaseModel]) -> None:
+        if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
+            raise TypeError(f"{cls.__name__} has private or extra attributes: validate it instead")
+        # Every field in declaration order with its default (immutable: None, "", 0, False).
+        self.template: dict[str, Any] = {}
+        factories: list[tuple[str, Any]] = []
+        models: list[tuple[str, type[BaseModel]]] = []
+        for name, field in cls.model_fields.items():
+            factory = field.default_factory
+            self.template[name] = None if factory is not None else field.default
+            if isinstance(factory, type) and issubclass(factory, BaseModel):
+                models.append((name, factory))  # assembled too: calling the class would validate
+            elif factory is not None:
+                factories.append((name, factory))  # list, dict: a new one per instance
+        self.factories = tuple(factories)
+        self.models = tuple(models)
+        self.required = frozenset(name for name, field in cls.model_fields.items() if field.is_required())
+
+
+_plans: dict[type[BaseModel], _Plan] = {}
+
+
+def assemble(cls: type[M], values: dict[str, Any]) -> M:
+    """An instance of `cls` from values the engine made itself, without validating them again.
+
+    What `model_construct` does, about as fast as it can be done in Python (pydantic's own
+    `model_construct` looks up each missing field's default on every call and is slower than
+    validating; validating is twice the cost of this). Only for values whose types are already the
+    model's: exact `str`s that went through `_text.clean`, exact `int`/`float`/`bool`, models, lists
+    of these. Text from user code must be cleaned where it is made (the runner does);
+    tests/core/test_assemble.py checks that re-validating what the runner builds changes nothing.
+    `values` becomes the instance's `__dict__`'s source and must not be used afterwards.
+    """
+    plan = _plans.get(cls)
+    if plan is None:
+        plan = _plans[cls] = _Plan(cls)
+    if plan.required and not plan.required.issubset(values):
+        raise TypeError(f"{cls.__name__} needs {sorted(plan.required - values.keys())}")
+    data = plan.template.copy()
+    for name, factory in plan.factories:
+        if name not in values:
+            data[name] = factory()
+    for name, model in plan.models:
+        if name not in values:
+            data[name] = assemble(model, {})
+    fields_set = set(values)
+    data.update(values)
+    obj = _new(cls)
+    _set_dict(obj, "__dict__", data)
+    _set_fields_set(obj, fields_set)
+    _set_extra(obj, None)
+    _set_private(obj, None)
+    return obj

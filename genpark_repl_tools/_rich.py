@@ -199,8 +199,10 @@ class FigureRun:
             if self._token is not None:
                 _current.reset(self._token)
                 self._token = None
-            self._before = {}
-            self._created = []
+            if self._before:
+                self._before = {}
+            if self._created:
+                self._created = []
             with _process.lock:
                 _process.active -= 1
 
@@ -469,11 +471,18 @@ _PREVIEW_THRESHOLD = 100
 _MAX_NAME = 60
 
 
+_PLAIN_TYPES = frozenset(
+    {int, float, complex, bool, str, bytes, type(None), list, tuple, dict, set, frozenset}
+)
+
+
 def table_kind(obj: Any) -> str | None:
     """'DataFrame', 'Series' or 'ndarray' for pandas/numpy objects (subclasses too), else None.
 
     Decided from the type's module name, so it never imports pandas or numpy.
     """
+    if id(type(obj)) in _PLAIN_TYPES:
+        return None  # the common case (a trailing `x`), without walking the MRO
     for cls in type(obj).__mro__:
         module = getattr(cls, "__module__", None) or ""
         if (module == "pandas" or module.startswith("pandas.")) and cls.__name__ in ("DataFrame", "Series"):

@@ -20,7 +20,7 @@ from ._capture import Capture, OutputCapture, capturing
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
 from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
-from ._models import Attachment, ErrorInfo, ExecutionResult
+from ._models import Attachment, ErrorInfo, ExecutionResult, Usage, VariableChanges, VariableInfo, assemble
 from ._rich import FigureRun
 from ._session import Session, call_armed
 from ._text import clean
@@ -44,10 +44,7 @@ class _Outcome:
         self.value: str | None = None
         self.value_type: str | None = None
         self.value_truncated = False
-        self.changes: dict[str, list[Any]] = _NO_CHANGES
-
-
-_NO_CHANGES: dict[str, list[Any]] = {"created": [], "rebound": [], "deleted": []}
+        self.changes: VariableChanges | None = None
 
 
 def run_cell(
@@ -67,7 +64,8 @@ def run_cell(
     cpu_started = time.thread_time_ns()  # usage (issue 19): CPU of the thread that runs the cell
     session.execution_count += 1
     session.last_used = time.monotonic()
-    # Built as one dict and validated once at the end: one pydantic call instead of one per model.
+    # The result's fields, made here with the types the model declares (every string from user
+    # code cleaned where it is made) and assembled without validating them again (_models.assemble).
     fields: dict[str, Any] = {
         "status": "ok",
         "session": session.name,
@@ -82,7 +80,7 @@ def run_cell(
         fields.update(
             status="error", error=cell.syntax_error, duration_ms=_ms(started), usage=_cpu(cpu_started)
         )
-        return ExecutionResult.model_validate(fields)
+        return assemble(ExecutionResult, fields)
     if cell.findings:
         first = cell.findings[0]
         error = ErrorInfo(
@@ -100,7 +98,7 @@ def run_cell(
             duration_ms=_ms(started),
             usage=_cpu(cpu_started),
         )
-        return ExecutionResult.model_validate(fields)
+        return assemble(ExecutionResult, fields)
 
     _remember_source(session, cell)
     ns = session.namespace
@@ -109,8 +107,11 @@ def run_cell(
     if cell.dynamic and (cell.body is not None and _defines_functions(cell.body)):
         session.dynamic = True
     full_diff = cell.dynamic or session.dynamic
-    watched = cell.names | session.global_names
-    before: dict[str, Any] = dict(ns) if full_diff else {k: ns.get(k, _MISSING) for k in watched}
+    if full_diff:
+        before: dict[str, Any] = dict(ns)
+    else:
+        watched = cell.names | session.global_names if session.global_names else cell.names
+        before = {k: ns.get(k, _MISSING) for k in watched}
     # Once a session imported a module that can change process-wide state, check that state after
     # each of its runs (functions defined earlier may do it later); other sessions pay nothing.
     if cell.touches_host:
@@ -142,34 +143,40 @@ def run_cell(
         )
         figures.exit()  # closes what the cell left open, also after a timeout
         runtime.exit(token)
-    _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
+    if host_builtins is not None:
+        _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
     if host_cwd is not None and os.getcwd() != host_cwd:
         os.chdir(host_cwd)  # trusted code may chdir; the host's cwd is not the session's to change
 
     duration = _ms(started)
-    fields.update(
-        stdout=capture.stdout.getvalue(),
-        stderr=capture.stderr.getvalue(),
-        stdout_truncated=capture.stdout.truncated,
-        stderr_truncated=capture.stderr.truncated,
-        duration_ms=duration,
-        attachments=[_clean_attachment(a) for a in figures.attachments],
-        notes=[clean(note) for note in figures.notes],  # figure titles and messages are the code's
-        usage=_cpu(cpu_started),
-    )
-    if isinstance(stopped, ExecutionCancelled):
-        fields.update(status="cancelled", error=_timeout_error(stopped, session, cell, limits, duration))
-        return ExecutionResult.model_validate(fields)
-    if isinstance(stopped, ExecutionTimeout):
-        fields.update(status="timeout", error=_timeout_error(stopped, session, cell, limits, duration))
+    out, err = capture.stdout, capture.stderr
+    fields["stdout"] = out.getvalue()
+    fields["stderr"] = err.getvalue()
+    if out.truncated:
+        fields["stdout_truncated"] = True
+    if err.truncated:
+        fields["stderr_truncated"] = True
+    fields["duration_ms"] = duration
+    notes: list[str] = []
+    if figures.attachments or figures.notes:
+        fields["attachments"] = [_clean_attachment(a) for a in figures.attachments]
+        notes = [clean(note) for note in figures.notes]  # figure titles and messages are the code's
+    fields["notes"] = notes
+    fields["usage"] = _cpu(cpu_started)
+    if isinstance(stopped, ExecutionTimeout):  # ExecutionCancelled is one
+        cancelled = isinstance(stopped, ExecutionCancelled)
+        fields.update(
+            status="cancelled" if cancelled else "timeout",
+            error=_timeout_error(stopped, session, cell, limits, duration),
+        )
         late = duration / 1000 - limits.timeout_s
-        if late > _LATE_STOP_NOTE_S:
-            fields["notes"].append(
+        if not cancelled and late > _LATE_STOP_NOTE_S:
+            notes.append(
                 f"The code was inside a C-level call when the time ran out and could only be stopped "
                 f"{late:.1f} s later. The in-process boundary cannot interrupt C code; "
                 f"boundary='subprocess' kills it on time."
             )
-        return ExecutionResult.model_validate(fields)
+        return assemble(ExecutionResult, fields)
     if stopped is not None:
         # A failure of the engine itself while describing the run; report it, keep the host alive.
         fields.update(
@@ -180,21 +187,21 @@ def run_cell(
                 hint="The code itself ran; its variables are kept. Please report this as a bug.",
             ),
         )
-        return ExecutionResult.model_validate(fields)
-    fields.update(
-        value=outcome.value,
-        value_type=outcome.value_type,
-        value_truncated=outcome.value_truncated,
-        changes=outcome.changes,
-    )
+        return assemble(ExecutionResult, fields)
+    if outcome.value is not None:
+        fields["value"] = outcome.value
+        fields["value_type"] = outcome.value_type
+        fields["value_truncated"] = outcome.value_truncated
+    if outcome.changes is not None:
+        fields["changes"] = outcome.changes
     failure = outcome.error
     if failure is not None:
         fields["error"] = failure
         if failure.type == "SystemExit" and failure.message in ("0", "None", ""):
-            fields["notes"].append("SystemExit does not end the session; its variables are kept.")
+            notes.append("SystemExit does not end the session; its variables are kept.")
         else:
             fields["status"] = "error"
-    return ExecutionResult.model_validate(fields)
+    return assemble(ExecutionResult, fields)
 
 
 def _guarded(
@@ -244,9 +251,12 @@ def _restore_builtins(saved: dict[str, Any] | None) -> None:
         builtins.__dict__.update(saved)
 
 
-def _changes(ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit: int) -> dict[str, list[Any]]:
-    created: list[dict[str, Any]] = []
-    rebound: list[dict[str, Any]] = []
+def _changes(
+    ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit: int
+) -> VariableChanges | None:
+    """What the cell bound, rebound and deleted (None: nothing)."""
+    created: list[VariableInfo] = []
+    rebound: list[VariableInfo] = []
     deleted: list[str] = []
     names = sorted(k for k in set(before) | set(ns) if isinstance(k, str)) if full_diff else sorted(before)
     for name in names:
@@ -259,12 +269,25 @@ def _changes(ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit:
         if new is _MISSING:
             deleted.append(variable_name(name, limit))
         elif old is _MISSING:
-            created.append(describe_fields(name, new, limit))
+            created.append(_variable(name, new, limit))
         else:
-            rebound.append(describe_fields(name, new, limit))
+            rebound.append(_variable(name, new, limit))
     if not (created or rebound or deleted):
-        return _NO_CHANGES
-    return {"created": created, "rebound": rebound, "deleted": deleted}
+        return None
+    return assemble(VariableChanges, {"created": created, "rebound": rebound, "deleted": deleted})
+
+
+def _variable(name: str, value: Any, limit: int) -> VariableInfo:
+    fields = describe_fields(name, value, limit)
+    # Sizes read by duck typing may be int subclasses (a bool, an IntEnum): the model holds exact
+    # ints, as validation would make them (`int.__int__` runs no method of the subclass).
+    shape = fields.get("shape")
+    if shape is not None:
+        fields["shape"] = [int.__int__(d) for d in shape]
+    size = fields.get("size")
+    if size is not None:
+        fields["size"] = int.__int__(size)
+    return assemble(VariableInfo, fields)
 
 
 def _defines_functions(code: CodeType) -> bool:
@@ -283,8 +306,8 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
-def _cpu(started_ns: int) -> dict[str, float]:
-    return {"cpu_ms": (time.thread_time_ns() - started_ns) // 1000 / 1000}
+def _cpu(started_ns: int) -> Usage:
+    return assemble(Usage, {"cpu_ms": (time.thread_time_ns() - started_ns) // 1000 / 1000})
 
 
 # ---- errors ---------------------------------------------------------------------------------------

@@ -89,6 +89,8 @@ class Watchdog:
     def start(self) -> None:
         """Start the watchdog's thread if it is not running yet. Call it before sandboxed code runs:
         on Python 3.12 starting a thread raises an audit event that restricted policies refuse."""
+        if self._thread is not None:  # set once, under the lock, and never unset: no lock needed to read
+            return
         with self._lock:
             self._start_locked()
 
@@ -102,7 +104,8 @@ class Watchdog:
         _by_thread[slot.tid] = slot
         with self._lock:
             self._slots.add(slot)
-            self._start_locked()
+            if self._thread is None:
+                self._start_locked()
             if slot.deadline < self._next_wake:
                 self._wake.set()
         return slot

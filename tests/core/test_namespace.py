@@ -8,6 +8,7 @@ import os
 import pytest
 
 from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools._compile import compile_cell
 
 
 @pytest.fixture
@@ -112,3 +113,30 @@ def test_inspect_with_endless_len_is_bounded() -> None:
         engine.run("s = Slow()")
         info = engine.inspect("s")
         assert info.repr == "<repr timed out>"
+
+
+def test_walrus_in_a_comprehension_is_reported(engine: ReplEngine) -> None:
+    result = engine.run("squares = [last := i * i for i in range(4)]")
+    assert sorted(v.name for v in result.changes.created) == ["last", "squares"]
+
+
+def test_global_in_a_function_is_watched_in_later_cells(engine: ReplEngine) -> None:
+    engine.run("counter = 0\ndef bump():\n    global counter\n    counter += 1\n")
+    result = engine.run("bump()")
+    assert [(v.name, v.repr) for v in result.changes.rebound] == [("counter", "1")]
+
+
+def test_a_method_named_eval_does_not_make_the_session_diff_in_full(engine: ReplEngine) -> None:
+    # `model.eval()` names `eval` as an attribute: the cell is read exactly, not as dynamic.
+    cell = compile_cell(
+        "class M:\n    def eval(self):\n        return self\nmodel = M().eval()", engine.boundary.runtime
+    )
+    assert not cell.dynamic and "model" in cell.names
+    assert compile_cell("x = eval('1')", engine.boundary.runtime).dynamic
+
+
+def test_importing_a_host_module_is_noticed(engine: ReplEngine) -> None:
+    runtime = engine.boundary.runtime
+    assert compile_cell("import os.path\nx = 1", runtime).touches_host
+    assert compile_cell("def f():\n    from sys import argv\n", runtime).touches_host
+    assert not compile_cell("import json\nx = 1", runtime).touches_host

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools._rich import table_kind
 
 pd = pytest.importorskip("pandas")
 np = pytest.importorskip("numpy")
@@ -158,3 +159,15 @@ def test_a_user_class_named_dataframe_is_not_mistaken(engine: ReplEngine) -> Non
         "class DataFrame:\n    shape = (1, 1)\n    def __repr__(self):\n        return 'mine'\nDataFrame()"
     )
     assert result.value == "mine"
+
+
+def test_table_kind_never_hashes_the_type_of_a_value() -> None:
+    class Meta(type):
+        def __hash__(cls) -> int:
+            raise RuntimeError("a metaclass __hash__ is the session's code")
+
+    class Value(metaclass=Meta):
+        pass
+
+    assert table_kind(Value()) is None
+    assert table_kind(1) is None and table_kind([1]) is None
