@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import _thread
 import ast
+import collections
+import contextlib
 import contextvars
 import dis
 import functools
@@ -247,6 +249,7 @@ class _Rules(tuple):  # type: ignore[type-arg]
         return None
 
 
+_RULES_KEPT = 16384  # rules the hook honours at once: one per policy and workspace in use
 _BUILT = "built at run time"
 _EXEC_REFUSED = "running code built at run time (exec, eval, templates, string annotations)"
 
@@ -746,8 +749,14 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     active: contextvars.ContextVar[tuple[_Rules, FrameType] | None] = contextvars.ContextVar(
         "genpark_sandbox", default=None
     )
-    rules_made: dict[tuple[Any, ...], _Rules] = {}  # every _Rules the hook made, by value
-    made_ids: set[int] = set()  # their identity keys (held by rules_made, so keys are not reused)
+    # Every _Rules the hook made and still honours, by value, and by identity key. A record's rules
+    # count only when made_ids maps its key to that very object: made_ids holds them, so a key is not
+    # reused while it is there. At most _RULES_KEPT are kept (one per policy and workspace: a server
+    # makes a workspace per session); the least recently activated go first. Forgetting fails closed:
+    # an execution still running under forgotten rules is refused everything from then on.
+    rules_made: dict[tuple[Any, ...], _Rules] = {}
+    made_ids: collections.OrderedDict[int, _Rules] = collections.OrderedDict()  # oldest activation first
+    shared: dict[Any, Any] = {}  # one denied-names set / prefix tuple for all workspaces of a policy
     by_spec: dict[int, tuple[Any, _Rules]] = {}  # the runtimes' specs (held, so keys stay unique)
     sandboxed: dict[int, tuple[Any, _Rules]] = {}  # _key(code) -> (weakref to it, its rules)
     key_of = _key
@@ -1216,9 +1225,12 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             raise ValueError("malformed sandbox activation")
         spec, tokens = args
         known = by_spec.get(key_of(spec))
+        rules = None
         if known is not None and known[0] is spec:
-            rules = known[1]
-        else:
+            with contextlib.suppress(KeyError):  # forgotten since: made again below
+                made_ids.move_to_end(key_of(known[1]))
+                rules = known[1]
+        if rules is None:
             policy, files, workspace, denied, prefixes = spec
             key = (
                 str(policy),
@@ -1230,11 +1242,15 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             with lock:
                 made = rules_made.get(key)
                 if made is None:
+                    while len(made_ids) >= _RULES_KEPT:
+                        del rules_made[made_ids.popitem(last=False)[1]]
+                    key = (*key[:3], shared.setdefault(key[3], key[3]), shared.setdefault(key[4], key[4]))
                     made = rules_made[key] = _Rules(key)
-                    made_ids.add(key_of(made))
+                made_ids[key_of(made)] = made
+                made_ids.move_to_end(key_of(made))
                 rules = made
                 if type(spec) is tuple:  # immutable: its rules cannot change behind the hook's back
-                    if len(by_spec) >= 4096:  # only a shortcut: forgetting it costs the lookup above
+                    if len(by_spec) >= min(4096, _RULES_KEPT):  # a shortcut: forgotten, it costs a lookup
                         by_spec.clear()
                     by_spec[key_of(spec)] = (spec, rules)
         ever[0] = True
@@ -1290,7 +1306,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 return  # no sandboxed code on the stack: the host's own event
         else:
             rules = record[0]
-            if key_of(rules) not in made_ids:
+            if made_ids.get(key_of(rules)) is not rules:
                 rules = _Rules(("unknown", False, None, frozenset(), ()))  # not made here: deny everything
             elif event == "exec" and args and type(args[0]) is CodeType:
                 # on_exec's first case, before the frame is fetched: the session's own code again

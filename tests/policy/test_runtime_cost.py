@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
 from genpark_repl_tools import ReplEngine
 from genpark_repl_tools.policy import _audithook, _restricted
+from genpark_repl_tools.policy._errors import PolicyViolation
 
 _RUNS = 2000
 
@@ -39,3 +41,49 @@ def test_runs_of_a_later_session_keep_nothing_per_run(policy: str) -> None:
         grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
         # It was about 195 bytes per run (390 KB here); a few KB are the hook's per-thread frames.
         assert grown < 40 * 1024, grown
+
+
+def _spec(workspace: str) -> tuple[object, ...]:
+    return _audithook.rules_spec("standard", True, workspace, ["__dict__"], ["__"])
+
+
+def test_rules_for_many_workspaces_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server makes a workspace per session: the hook's rules for them must not grow forever."""
+    monkeypatch.setattr(_audithook, "_RULES_KEPT", 32)
+    for i in range(64):  # past the bound
+        _audithook.deactivate(_audithook.activate(_spec(f"/nonexistent/warm{i}")))
+    watched = (tracemalloc.Filter(True, _audithook.__file__),)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot().filter_traces(watched)
+        for i in range(_RUNS // 4):
+            _audithook.deactivate(_audithook.activate(_spec(f"/nonexistent/ws{i}")))
+        gc.collect()
+        after = tracemalloc.take_snapshot().filter_traces(watched)
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    # It was about 1.3 KB per workspace (650 KB here): a new denied-names set each, never dropped.
+    assert grown < 40 * 1024, grown
+
+
+def test_forgotten_rules_fail_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules dropped while an execution still runs under them refuse everything, never allow more."""
+    monkeypatch.setattr(_audithook, "_RULES_KEPT", 8)
+    workspace = str(tmp_path)
+    tokens = _audithook.activate(_spec(workspace))
+    try:
+        (tmp_path / "a.txt").write_text("inside the workspace: allowed")
+        for i in range(16):
+            _audithook.deactivate(_audithook.activate(_spec(f"/nonexistent/other{i}")))
+        with pytest.raises(PolicyViolation, match="policy 'unknown'"):
+            (tmp_path / "b.txt").write_text("its rules were forgotten")
+    finally:
+        _audithook.deactivate(tokens)
+    tokens = _audithook.activate(_spec(workspace))  # activated again: made again
+    try:
+        (tmp_path / "c.txt").write_text("allowed again")
+    finally:
+        _audithook.deactivate(tokens)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "c.txt"]
