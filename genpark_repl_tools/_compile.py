@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from ._models import AuditFinding, ErrorInfo
 from .policy._runtime import PolicyRuntime
-from .policy._walk import LEAVES as _LEAVES
+from .policy._walk import push_children
 
 __all__ = ["CELL_PREFIX", "VALUE_NAME", "CompiledCell", "compile_cell", "parse"]
 
@@ -64,14 +64,7 @@ class _BoundNames:
         while stack:
             node = pop()
             kind = type(node)
-            for field in kind._fields:
-                value = getattr(node, field, None)
-                if type(value) is list:
-                    for item in value:
-                        if isinstance(item, ast.AST) and type(item) not in _LEAVES:
-                            push(item)
-                elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
-                    push(value)
+            push_children(node, push)
             if kind is ast.Name:
                 if type(node.ctx) is not ast.Load:  # type: ignore[attr-defined]
                     names.add(node.id)  # type: ignore[attr-defined]

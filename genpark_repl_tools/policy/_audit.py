@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .._models import AuditFinding
 from ._rules import GEN_UNSAFE_EXCEPTIONS, StaticRules, nfkc
-from ._walk import LEAVES, bound_names, dispatch_table
+from ._walk import bound_names, dispatch_table, push_children
 
 __all__ = ["NEEDS_REWRITE", "audit", "format_refusal", "is_generator"]
 
@@ -174,16 +174,8 @@ def is_generator(node: ast.FunctionDef | ast.Lambda) -> bool:
         sub = pop()
         if isinstance(sub, (ast.Yield, ast.YieldFrom)):
             return True
-        if isinstance(sub, _OWN_SCOPES):
-            continue
-        for name in sub._fields:
-            value = getattr(sub, name, None)
-            if type(value) is list:
-                for item in value:
-                    if isinstance(item, ast.AST) and type(item) not in LEAVES:
-                        push(item)
-            elif isinstance(value, ast.AST) and type(value) not in LEAVES:
-                push(value)
+        if not isinstance(sub, _OWN_SCOPES):
+            push_children(sub, push)
     return False
 
 
@@ -237,14 +229,7 @@ class _Auditor(ast.NodeVisitor):
 
     def generic_visit(self, node: ast.AST) -> None:
         # ast.NodeVisitor's version, minus generators and visits of leaves that need no review.
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if type(value) is list:
-                for item in value:
-                    if isinstance(item, ast.AST) and type(item) not in _LEAVES:
-                        self.visit(item)
-            elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
-                self.visit(value)
+        push_children(node, self.visit)
 
     def visit_Module(self, node: ast.Module) -> None:
         self.tree = node
@@ -574,7 +559,6 @@ class _Auditor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-_LEAVES = LEAVES
 _DISPATCH = dispatch_table(_Auditor)
 
 
