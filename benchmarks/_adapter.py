@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from genpark_repl_tools import Limits, ReplEngine
 
-__all__ = ["NoopTool", "make_calls"]
+__all__ = ["NoopTool", "PlainTool", "make_calls"]
 
 
 class _CodeArgs(BaseModel):
@@ -39,13 +39,27 @@ class NoopTool(BaseTool):
         return "", {}
 
 
-# As GenparkReplTool does: its hints resolved and its signature computed once.
-NoopTool._run.__annotations__ = get_type_hints(NoopTool._run)
-NoopTool._run.__signature__ = inspect.signature(NoopTool._run)  # type: ignore[attr-defined]
+class PlainTool(NoopTool):
+    """The least a user would write instead of ours: LangChain's machinery around `engine.run`, with
+    nothing rendered, no artifact and a fixed session. GenparkReplTool minus this is what it adds."""
+
+    name: str = "plain"
+    engine: Any = None
+
+    def _run(self, code: str, config: RunnableConfig) -> tuple[str, dict[str, Any]]:
+        self.engine.run(code, "bench")
+        return "", {}
+
+
+# As GenparkReplTool does: their hints resolved and their signatures computed once.
+for _tool in (NoopTool, PlainTool):
+    _tool._run.__annotations__ = get_type_hints(_tool._run)
+    _tool._run.__signature__ = inspect.signature(_tool._run)  # type: ignore[attr-defined]
 
 
 def make_calls(timeout_s: float) -> tuple[ReplEngine, dict[str, Any], str | None]:
-    """The engine and three zero-argument calls: core (engine.run), tool (our invoke), noop (LangChain's)."""
+    """The engine and four zero-argument calls: core (engine.run), tool (our invoke), noop (LangChain's
+    machinery alone), plain (LangChain's machinery around engine.run)."""
     engine = ReplEngine(limits=Limits(timeout_s=timeout_s))
     tool = GenparkReplTool(engine=engine)
     noop = NoopTool()
@@ -57,9 +71,13 @@ def make_calls(timeout_s: float) -> tuple[ReplEngine, dict[str, Any], str | None
     if message.artifact.get("status") != "ok" or "x" not in {v.name for v in engine.variables("bench")}:
         failure = f"tool call fails: {message.content!r:.200}"
     noop.invoke(noop_call, config)
+    plain = PlainTool(engine=engine)
+    plain_call = {**noop_call, "id": "call-3", "name": plain.name}
+    plain.invoke(plain_call, config)
     calls = {
         "core": lambda: engine.run("x = 1", "bench"),
         "tool": lambda: tool.invoke(tool_call, config),
         "noop": lambda: noop.invoke(noop_call, config),
+        "plain": lambda: plain.invoke(plain_call, config),
     }
     return engine, calls, failure

@@ -46,6 +46,13 @@ class ModuleView(ModuleType):
         raise PolicyViolation(_read_only(self, name))
 
 
+# Code that looks at a view's class sees what it would see for a module (`type(m)`, "cannot pickle
+# 'module' object", "Object of type module is not JSON serializable"), never the engine's private path.
+# Nothing trusts a class's name or __module__ (see _audithook); checks use the class object itself.
+ModuleView.__name__ = ModuleView.__qualname__ = "module"
+ModuleView.__module__ = "builtins"
+
+
 def _read_only(view: ModuleView, name: str) -> str:
     module = ModuleType.__getattribute__(view, "__name__")
     return (

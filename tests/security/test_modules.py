@@ -87,7 +87,28 @@ def test_a_view_cannot_be_copied_into_a_real_module(engine: ReplEngine) -> None:
     result = run(engine, COPY_MODULE)
     assert result.status == "error"
     assert result.error is not None and result.error.type == "TypeError"
-    assert result.error.message == "cannot pickle 'ModuleView' object"
+    assert result.error.message == "cannot pickle 'module' object"  # plain Python's words
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("import math\ntype(math)", "<class 'module'>"),
+        (
+            "import json, math\ntry:\n    json.dumps(math)\nexcept TypeError as e:\n    m = str(e)\nm",
+            "Object of type module is not JSON serializable",
+        ),
+        ("import math\ntype(math).__name__", "module"),
+        ("import math\nrepr(type(math))", "<class 'module'>"),
+    ],
+)
+def test_a_view_reads_as_a_module_never_by_its_internal_name(
+    engine: ReplEngine, code: str, expected: str
+) -> None:
+    """Internal names never reach the model: the view's class answers as `module` does in plain Python."""
+    result = ok(run(engine, code))
+    assert result.value is not None and expected in result.value
+    assert "genpark" not in result.to_observation() and "ModuleView" not in result.to_observation()
 
 
 @pytest.mark.parametrize(
