@@ -34,7 +34,7 @@ from .._limits import Limits
 from .._models import ErrorInfo, ExecutionResult, VariableInfo
 from .._session import DESCRIBE_BUDGET_S, SessionTable, not_defined
 from ..policy import Policy
-from ._ray._actors import Placement, Raised, SessionHost
+from ._ray._actors import Placement, Raised, SessionHost, Streamed
 from ._subprocess import _claims
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ PLACEMENT_NAME = "genpark-repl-placement"
 # How often a waiting caller checks that the host of its call is alive (a ping the host answers while
 # the call runs). Ray reports a dead actor at once, so a lost node is noticed within about this long.
 _POLL_S = 0.25
+# How often a streamed call's output is fetched while it runs (that poll is also its liveness check):
+# a chunk reaches the caller about this long after it is written (the issue asks for 250 ms at most).
+_STREAM_POLL_S = 0.05
 # Room beyond a call's own deadline (timeout + kill grace) for the host's reply to arrive.
 _REPLY_SLACK_S = 1.0
 # Bound on small control calls (ping, interrupt, close_session, placement).
@@ -81,6 +84,26 @@ class _Placed:
         self.lost: str | None = None  # why the next call starts the session again, empty
         self.running: tuple[ExecutionRequest, str] | None = None  # (request, request id)
         self.abandoned: list[Any] = []  # refs of calls the caller stopped waiting for
+
+
+class _Relay:
+    """The caller's side of one streamed call: hands the host's numbered output items to the
+    request's `on_output`, each once and in order (see `Outbox` in _ray/_actors.py)."""
+
+    __slots__ = ("emit", "received", "rid")
+
+    def __init__(self, emit: Callable[[tuple[str, str]], object], rid: str) -> None:
+        self.emit = emit
+        self.rid = rid
+        self.received = 0  # items handed on so far
+
+    def poll(self, host: Any) -> Any:
+        return host.output.remote(self.rid, self.received)
+
+    def deliver(self, first: int, items: list[tuple[str, str]]) -> None:
+        for item in items[max(self.received - first, 0) :]:
+            self.emit(item)
+        self.received = max(self.received, first + len(items))
 
 
 class RayBoundary(BaseBoundary):
@@ -295,12 +318,17 @@ class RayBoundary(BaseBoundary):
         host = state.host
         timeout = request.timeout_s if request.timeout_s is not None else self.limits.timeout_s
         rid = uuid.uuid4().hex
-        ref = host.execute.remote(state.name, request.code, request.timeout_s, rid)
+        relay = None if request.on_output is None else _Relay(request.on_output, rid)
+        if relay is None:  # not streamed: the host's reply is the result
+            ref = host.execute.remote(state.name, request.code, request.timeout_s, rid)
+        else:
+            ref = host.execute.remote(state.name, request.code, request.timeout_s, rid, True)
         state.running = (request, rid)
         try:
             if request.cancelled:  # cancelled between the check in execute and `running` being set
                 host.interrupt.remote(state.name, rid)
-            reply = self._wait(host, ref, time.monotonic() + timeout + self._kill_grace_s + _REPLY_SLACK_S)
+            deadline = time.monotonic() + timeout + self._kill_grace_s + _REPLY_SLACK_S
+            reply = self._wait(host, ref, deadline, relay)
         except _Lost:
             raise
         except BaseException:
@@ -316,33 +344,41 @@ class RayBoundary(BaseBoundary):
                 reply = ray.get(reply, timeout=_CONTROL_S)
             except RayError as exc:  # its node (which owned it) died between the reply and the fetch
                 raise _Lost(f"its result was lost with its node ({type(exc).__name__})", dead=True) from exc
+        if relay is not None and isinstance(reply, Streamed):
+            relay.deliver(reply.first, reply.items)  # the output no poll brought, before the result
+            reply = reply.result
         if not isinstance(reply, ExecutionResult):
             raise _Lost(f"the host of session {state.name!r} sent {type(reply).__name__}", dead=False)
         return reply
 
-    def _wait(self, host: Any, ref: Any, deadline: float) -> Any:
+    def _wait(self, host: Any, ref: Any, deadline: float, relay: _Relay | None = None) -> Any:
         """The reply to `ref`, or _Lost once its host is dead or the deadline has passed.
 
         One blocking get per poll (a fast call costs a single round trip); while the call runs, a
         ping checks every poll that its host is alive, since Ray fails calls to a dead actor at once.
+        A streamed call (`relay`) polls more often, and its poll takes the output written since the
+        last one (`SessionHost.output`) instead of pinging: one call for both.
         """
-        ping: Any = None
+        poll_s = _POLL_S if relay is None else _STREAM_POLL_S
+        probe: Any = None  # the ping or output poll in flight
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _Lost("the node holding the session did not answer in time", dead=False)
             try:
-                return ray.get(ref, timeout=min(_POLL_S, remaining))
+                return ray.get(ref, timeout=min(poll_s, remaining))
             except GetTimeoutError:
                 pass
             except RayActorError as exc:
                 raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
             try:
-                if ping is not None and ray.wait([ping], timeout=0)[0]:
-                    ray.get(ping, timeout=_CONTROL_S)
-                    ping = None
-                if ping is None:
-                    ping = host.ping.remote()
+                if probe is not None and ray.wait([probe], timeout=0)[0]:
+                    answer = ray.get(probe, timeout=_CONTROL_S)
+                    probe = None
+                    if relay is not None and answer is not None:
+                        relay.deliver(*answer)
+                if probe is None:
+                    probe = host.ping.remote() if relay is None else relay.poll(host)
             except RayActorError as exc:
                 raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
             except GetTimeoutError as exc:

@@ -1,4 +1,5 @@
-"""The Ray boundary on a real two-node local cluster: placement, isolation, capacity, big results."""
+"""The Ray boundary on a real two-node local cluster: placement, isolation, capacity, big results,
+streamed output."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 import pytest
 from _ray_cluster import ray, ray_cluster_fixture  # noqa: F401 (the ray_cluster fixture)
 
-from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools import Limits, OutputEvent, ReplEngine, ResultEvent
 from genpark_repl_tools._exceptions import CapacityError, MissingDependency
+from genpark_repl_tools.boundaries._ray._actors import Outbox
+from genpark_repl_tools.boundaries.ray import _Relay
 
 
 @pytest.fixture
@@ -86,6 +89,53 @@ def test_big_results_travel_through_the_object_store(make_engine: Any) -> None:
     assert small.stdout == "y\n"
     counts = [d["big_results"] for d in engine.boundary.describe()["nodes"].values()]
     assert sum(counts) == 1
+
+
+def test_big_streamed_output_arrives_once_and_whole(make_engine: Any) -> None:
+    # Output keeps coming while polls take it and the rest comes with a big result (object store):
+    # every line is streamed exactly once, in order, and the streamed text is the result's.
+    engine = make_engine(limits=Limits(max_output_chars=1_000_000, timeout_s=30.0))
+    code = (
+        "import time\nfor i in range(3000):\n    print(f'{i:05d}', 'x' * 40, flush=True)\n"
+        "    if i % 300 == 0:\n        time.sleep(0.05)\n"
+    )
+    events = list(engine.stream(code, session="flow"))
+    result = events[-1].result  # type: ignore[union-attr]
+    assert isinstance(events[-1], ResultEvent) and result.status == "ok"
+    outputs = [e for e in events if isinstance(e, OutputEvent)]
+    assert len(outputs) > 1, "the output came in one piece, with the result"
+    streamed = "".join(e.text for e in outputs if e.stream == "stdout")
+    assert streamed == result.stdout == "".join(f"{i:05d} {'x' * 40}\n" for i in range(3000))
+    counts = [d["big_results"] for d in engine.boundary.describe()["nodes"].values()]
+    assert sum(counts) == 1  # 138 KB of output: the reply went through the object store
+
+
+def test_outbox_hands_each_item_once_whatever_the_caller_acknowledged() -> None:
+    box = Outbox()
+    box.put(("stdout", "a\n"))
+    box.put(("stdout", "b\n"))
+    box.put(("stderr", "e\n"))
+    assert box.take(0) == (0, [("stdout", "a\nb\n"), ("stderr", "e\n")])
+    box.put(("stderr", "\r1/3"))
+    box.put(("stderr", "\r2/3"))
+    box.put(("stderr", "\r3/3\n"))
+    # The caller has the first two items: the redraws come squashed, numbered 2.
+    assert box.take(2) == (2, [("stderr", "\r3/3\n")])
+    box.put(("stdout", "c\n"))
+    # The final take: the caller acknowledged nothing more (its last poll's reply may be on its
+    # way), so item 2 comes again with number 2 and the caller skips it.
+    assert box.take(2, final=True) == (2, [("stderr", "\r3/3\n"), ("stdout", "c\n")])
+
+
+def test_relay_passes_on_each_item_once() -> None:
+    got: list[tuple[str, str]] = []
+    relay = _Relay(got.append, "rid")
+    relay.deliver(0, [("stdout", "a"), ("stdout", "b")])  # a poll
+    relay.deliver(2, [])  # a poll that found nothing
+    relay.deliver(1, [("stdout", "b"), ("stderr", "c")])  # the result, with an item a poll brought
+    relay.deliver(3, [("stdout", "d")])
+    assert got == [("stdout", "a"), ("stdout", "b"), ("stderr", "c"), ("stdout", "d")]
+    assert relay.received == 4
 
 
 def test_two_boundaries_share_the_cluster_not_their_sessions(make_engine: Any) -> None:

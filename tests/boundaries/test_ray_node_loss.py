@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from _ray_cluster import ray, ray_cluster_fixture, session_on_added_node  # noqa: F401 (the ray_cluster fixture)
 
-from genpark_repl_tools import ExecutionResult, Limits, ReplEngine
+from genpark_repl_tools import ExecutionResult, Limits, OutputEvent, ReplEngine, ResultEvent
 from genpark_repl_tools.boundaries.ray import NAMESPACE
 
 WAIT_S = 60.0
@@ -87,6 +87,31 @@ def test_caller_is_not_blocked_past_its_timeout_when_the_node_dies(
     assert result.status == "crashed", result
     assert result.error is not None and result.error.type == "SessionLost"
     assert "was lost" in result.error.message
+    after = engine.run("1 + 1", session=session)
+    assert (after.value, after.session_restarted) == ("2", True)
+
+
+def test_a_stream_ends_when_its_node_dies(ray_cluster: Any, doomed: tuple[ReplEngine, Any, str]) -> None:
+    engine, node, session = doomed
+    code = "import time\nfor i in range(10_000):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.05)\n"
+    started = time.monotonic()
+    streamed: list[str] = []
+    final: ExecutionResult | None = None
+    for event in engine.stream(code, session=session):
+        if isinstance(event, OutputEvent):
+            assert final is None, "output after the result"
+            streamed.append(event.text)
+            if len(streamed) == 1:  # the code runs and its output flows: take the node away
+                ray_cluster.remove_node(node)
+        elif isinstance(event, ResultEvent):
+            final = event.result
+    elapsed = time.monotonic() - started
+    assert streamed and final is not None
+    assert elapsed < engine.limits.timeout_s + 1.0
+    assert final.status == "crashed", final
+    assert final.error is not None and final.error.type == "SessionLost"
+    text = "".join(streamed)
+    assert text == "".join(f"tick {i}\n" for i in range(text.count("\n")))  # in order, none twice
     after = engine.run("1 + 1", session=session)
     assert (after.value, after.session_restarted) == ("2", True)
 

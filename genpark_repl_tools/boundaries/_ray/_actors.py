@@ -10,13 +10,14 @@ answer as if nothing happened. The boundary notices a dead host and reports the 
 from __future__ import annotations
 
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ray
 
 from ..._boundary import BaseBoundary, ExecutionRequest
+from ..._capture import squash_returns
 from ..._exceptions import ReplError
 from ..._limits import Limits
 from ..._models import ExecutionResult
@@ -39,6 +40,72 @@ class Raised:
 
     def __init__(self, error: ReplError) -> None:
         self.error = error
+
+
+class Streamed:
+    """The reply to a streamed call: the output its caller may not have yet, then the result.
+
+    `items[k]` is output item number `first + k` (see `Outbox`); `result` is the `ExecutionResult`, or
+    its reference in the object store when it is big.
+    """
+
+    __slots__ = ("first", "items", "result")
+
+    def __init__(self, first: int, items: list[tuple[str, str]], result: Any) -> None:
+        self.first = first
+        self.items = items
+        self.result = result
+
+
+class Outbox:
+    """The output of one streamed call on its way from the host to the caller.
+
+    The thread running the call hands each write to `put` (one deque append, no lock: the same cost
+    as a local stream). The caller takes it with its liveness polls (`SessionHost.output`) and the rest
+    comes with the result. What a take finds is joined per stream and its progress-bar redraws
+    squashed (`squash_returns`), then numbered: each take returns every item the caller has not
+    acknowledged, so an item both a poll and the result carry (the poll's reply still on its way when
+    the result came) reaches the caller once, and a lost poll reply loses nothing.
+    """
+
+    __slots__ = ("_acked", "_items", "_lock", "_pieces", "put")
+
+    def __init__(self) -> None:
+        self._pieces: deque[tuple[str, str]] = deque()
+        self.put = self._pieces.append
+        self._lock = threading.Lock()
+        self._items: list[tuple[str, str]] = []  # numbered from _acked
+        self._acked = 0
+
+    def take(self, acked: int, *, final: bool = False) -> tuple[int, list[tuple[str, str]]]:
+        """Forget the items before `acked`; the number of the first item left, and the items left."""
+        with self._lock:
+            if acked > self._acked:
+                del self._items[: acked - self._acked]
+                self._acked = acked
+            pieces = self._pieces
+            if final:  # the call has ended: nobody writes any more
+                taken = list(pieces)
+                pieces.clear()
+            else:
+                pop = pieces.popleft
+                taken = [pop() for _ in range(len(pieces))]  # what is there now; more may come
+            self._items.extend(_runs(taken))
+            return self._acked, list(self._items)
+
+
+def _runs(pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Consecutive pieces of one stream joined, their redraws squashed."""
+    runs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(pieces):
+        stream = pieces[i][0]
+        j = i + 1
+        while j < len(pieces) and pieces[j][0] == stream:
+            j += 1
+        runs.append((stream, squash_returns("".join(text for _, text in pieces[i:j]))))
+        i = j
+    return runs
 
 
 class SessionHost:
@@ -69,18 +136,28 @@ class SessionHost:
             self._durable = Durability(self._boundary, resolve_key(snapshot_key, opened), opened)
         self._lock = threading.Lock()
         self._requests: dict[str, ExecutionRequest] = {}  # by request id, while queued or running
+        self._outboxes: dict[str, Outbox] = {}  # streamed calls' output, by request id, while running
         self._cancelled: OrderedDict[str, None] = OrderedDict()  # interrupted before they arrived
         self.big_results = 0
 
     def ping(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
-    def execute(self, session: str, code: str, timeout_s: float | None, rid: str) -> Any:
+    def execute(
+        self, session: str, code: str, timeout_s: float | None, rid: str, stream: bool = False
+    ) -> Any:
+        """The call's result (or its reference in the object store when big). With `stream`, its
+        output is kept for `output` polls while it runs, and the reply is a `Streamed`."""
         request = ExecutionRequest(code=code, session=session, timeout_s=timeout_s)
+        outbox = Outbox() if stream else None
+        if outbox is not None:
+            request.on_output = outbox.put
         with self._lock:
             if self._cancelled.pop(rid, 0) is None:
                 request.cancelled = True
             self._requests[rid] = request
+            if outbox is not None:
+                self._outboxes[rid] = outbox
         try:
             if self._durable is not None:
                 result = self._durable.run(request, self._boundary.execute)  # lease, restore, run, save
@@ -89,10 +166,26 @@ class SessionHost:
         finally:
             with self._lock:
                 del self._requests[rid]
-        if _size(result) > BIG_RESULT_CHARS:
+                self._outboxes.pop(rid, None)
+        if outbox is None:
+            if _size(result) > BIG_RESULT_CHARS:
+                self.big_results += 1
+                return ray.put(result)
+            return result
+        first, items = outbox.take(0, final=True)
+        reply = Streamed(first, items, result)
+        if _size(result) + sum(len(text) for _, text in items) > BIG_RESULT_CHARS:
             self.big_results += 1
-            return ray.put(result)
-        return result
+            return ray.put(reply)
+        return reply
+
+    def output(self, rid: str, acked: int) -> tuple[int, list[tuple[str, str]]] | None:
+        """What streamed call `rid` wrote that its caller has not acknowledged (`acked` items); None
+        once it has ended (the rest comes with its result) or before it has arrived. The caller's
+        liveness poll while the call runs, like `ping`."""
+        with self._lock:
+            outbox = self._outboxes.get(rid)
+        return None if outbox is None else outbox.take(acked)
 
     def interrupt(self, session: str, rid: str | None) -> bool:
         if rid is None:
