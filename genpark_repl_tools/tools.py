@@ -18,7 +18,9 @@ tool vocabulary:
 A frontend decides only how a conversation maps to a session id, and how a reply becomes its
 framework's message. It need not name the functions: `spec.call(engine, session, arguments)` (and
 `await spec.acall(...)`) calls the tool a `ToolSpec` describes with the model's arguments, so an adapter
-is one generic class driven by the specs, and `spec.schema` is the arguments as a pydantic model.
+is one generic class driven by the specs; `spec.schema` is the arguments as a pydantic model (and
+`spec.signature` / `spec.docstring` as text), and `files=` (a `SessionFiles`) gives each session its
+starting files on its first call.
 
 Streaming: `run_python` / `arun_python` take `on_event`, called with each `OutputEvent` (and
 `FigureEvent`) while the code runs, before the reply is returned; a frontend passes it on to its
