@@ -18,7 +18,9 @@ tool vocabulary:
 A frontend decides only how a conversation maps to a session id, and how a reply becomes its
 framework's message. It need not name the functions: `spec.call(engine, session, arguments)` (and
 `await spec.acall(...)`) calls the tool a `ToolSpec` describes with the model's arguments, so an adapter
-is one generic class driven by the specs, and `spec.schema` is the arguments as a pydantic model.
+is one generic class driven by the specs; `spec.schema` is the arguments as a pydantic model (and
+`spec.signature` / `spec.docstring` as text), and `files=` (a `SessionFiles`) gives each session its
+starting files on its first call.
 
 Streaming: `run_python` / `arun_python` take `on_event`, called with each `OutputEvent` (and
 `FigureEvent`) while the code runs, before the reply is returned; a frontend passes it on to its
@@ -31,9 +33,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, create_model
 
@@ -76,11 +78,13 @@ __all__ = [
     "reset_session",
     "run_python",
     "run_reply",
+    "run_sync",
     "upload_file",
     "upload_files",
 ]
 
 _LISTED_NAMES = 30  # names offered when inspect_variable misses
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -99,27 +103,56 @@ class ToolSpec:
     def schema(self) -> type[BaseModel]:
         """The arguments as a pydantic model, e.g. `RunPythonInput(code: str)`."""
         fields: dict[str, Any] = {
-            name: (type(self.defaults[name]), Field(self.defaults[name], description=text))
-            if name in self.defaults
-            else (str, Field(description=text))
+            name: (self._type(name), Field(self.defaults.get(name, ...), description=text))
             for name, text in self.arguments.items()
         }
         model: type[BaseModel] = create_model(self.name.title().replace("_", "") + "Input", **fields)
         return model
 
+    @property
+    def signature(self) -> str:
+        """The arguments as a Python signature, e.g. `(code: str)` for run_python."""
+        return f"({', '.join(f'{name}: {self._type(name).__name__}' for name in self.arguments)})"
+
+    @property
+    def docstring(self) -> str:
+        """The description with an `Args:` section, for frameworks that read a function's docstring."""
+        args = "".join(f"\n    {n} ({self._type(n).__name__}): {text}" for n, text in self.arguments.items())
+        return self.description + (f"\n\nArgs:{args}" if args else "")
+
+    def _type(self, argument: str) -> type:
+        return type(self.defaults[argument]) if argument in self.defaults else str
+
     def call(
-        self, engine: ReplEngine, session: str, arguments: Mapping[str, Any], **options: Any
+        self,
+        engine: ReplEngine,
+        session: str,
+        arguments: Mapping[str, Any],
+        files: SessionFiles | None = None,
+        **options: Any,
     ) -> ToolReply:
         """This tool's reply to the model's `arguments` (only the spec's own names: a model cannot pick
-        the session this way). `options` are the frontend's: `on_event` for run_python,
-        `include_bytes` for download_file. (upload_file is called directly: it takes bytes.)"""
-        return _function(self, arguments, 0)(engine, session=session, **arguments, **options)  # type: ignore[no-any-return]
+        the session this way), after seeding the session with the frontend's `files` on its first use.
+        `options` are the frontend's: `on_event` for run_python, `include_bytes` for download_file.
+        (upload_file is called directly: it takes bytes.)"""
+        function = _function(self, arguments, 0)
+        if files is not None:
+            files.seed(engine, session)
+        return function(engine, session=session, **arguments, **options)  # type: ignore[no-any-return]
 
     async def acall(
-        self, engine: ReplEngine, session: str, arguments: Mapping[str, Any], **options: Any
+        self,
+        engine: ReplEngine,
+        session: str,
+        arguments: Mapping[str, Any],
+        files: SessionFiles | None = None,
+        **options: Any,
     ) -> ToolReply:
         """The async twin of `call`."""
-        return await _function(self, arguments, 1)(engine, session=session, **arguments, **options)  # type: ignore[no-any-return]
+        function = _function(self, arguments, 1)
+        if files is not None:
+            await files.aseed(engine, session)
+        return await function(engine, session=session, **arguments, **options)  # type: ignore[no-any-return]
 
     def describe(self, engine: ReplEngine) -> str:
         """The description with what this engine adds (policy and time limit for run_python)."""
@@ -374,11 +407,27 @@ async def areset_session(engine: ReplEngine, session: str) -> ToolReply:
     return await _to_thread(reset_session, engine, session)
 
 
-async def _to_thread(fn: Any, *args: Any) -> ToolReply:
+async def _to_thread(fn: Callable[..., _T], *args: Any) -> _T:
     import asyncio
 
-    reply: ToolReply = await asyncio.to_thread(fn, *args)
-    return reply
+    return await asyncio.to_thread(fn, *args)
+
+
+def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run `coro` to completion from synchronous code (a sync tool that needs an async framework API).
+
+    Outside an event loop this is `asyncio.run`; on a thread whose loop is running it runs on a helper
+    thread instead of refusing (objects bound to that loop may not tolerate it)."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 # ---- files -----------------------------------------------------------------------------------------
@@ -475,6 +524,11 @@ class SessionFiles:
             if key not in self._seeded:
                 upload_files(engine, self.files, session)
                 self._seeded.add(key)
+
+    async def aseed(self, engine: ReplEngine, session: str) -> None:
+        """`seed` from async code: the upload runs on a worker thread, and only the first time."""
+        if self.files and (id(engine), session) not in self._seeded:
+            await _to_thread(self.seed, engine, session)
 
 
 async def alist_files(engine: ReplEngine, session: str) -> ToolReply:

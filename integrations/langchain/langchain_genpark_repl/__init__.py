@@ -1,11 +1,8 @@
 """LangChain tools for genpark-repl-tools: a Python REPL whose sessions follow the agent's thread.
 
-    from genpark_repl_tools import ReplEngine
-    from langchain_genpark_repl import GenparkReplToolkit
-
     tools = GenparkReplToolkit(engine=ReplEngine(policy="standard")).get_tools()
 
-See `langchain_genpark_repl.tools` for the thread-to-session mapping and what each tool returns.
+See `langchain_genpark_repl.tools` and integrations/langchain/README.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """LangChain tools over a genpark-repl-tools engine: run Python, list or inspect its variables, files.
 
-    from genpark_repl_tools import ReplEngine
-    from langchain_genpark_repl import GenparkReplToolkit
-
     tools = GenparkReplToolkit(engine=ReplEngine(policy="standard")).get_tools()
     agent = create_agent(model, tools=tools, checkpointer=InMemorySaver())
     agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "user-42"}})
 
-One LangGraph thread (`configurable.thread_id`) is one engine session: a thread keeps its variables
-across turns, and two threads never share a namespace. Files: `GenparkReplToolkit(files={"data.csv":
-path})` gives every thread's session its own copy on first use; each run's artifact lists the files it
-wrote (`artifact["files"]`: names and sizes); their bytes come from `engine.download(thread_id, name)`,
-and `include_files=True` adds list_files and download_file for the model.
-What the tools say and do is the core's tool layer (`genpark_repl_tools.tools`: names, descriptions,
-arguments, replies); each class here is one of its `ToolSpec`s, and `_EngineTool` maps LangChain's
-conventions onto it.
-
-Inside a LangGraph run, `run_python` writes its output to the graph's custom stream while the code
-runs (`stream_mode="custom"`): one `{"genpark_repl": {...}}` item per event (`OutputEvent` /
-`FigureEvent` as JSON, plus the tool call id). Outside a graph nothing is streamed.
+One LangGraph thread (`configurable.thread_id`) is one engine session. What the tools say and do is
+the core's tool layer (`genpark_repl_tools.tools`); each class here names one of its `ToolSpec`s and
+`_EngineTool` maps LangChain's conventions onto it. Sessions, files, streaming and what a call returns:
+integrations/langchain/README.md.
 """
 
 from __future__ import annotations
@@ -96,23 +85,21 @@ class _EngineTool(BaseTool):
     # `config` is injected by LangChain (found by its annotation); the rest are the spec's arguments
     # (positional only when a plain string is invoked).
     def _run(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
-        arguments.update(zip(self._spec.arguments, args, strict=False))
-        options = self._options(config)
-        return self._reply(self._spec.call(self.engine, self._session(config), arguments, **options))
+        return self._reply(self._call(self._spec.call, args, config, arguments))
 
     async def _arun(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
+        return self._reply(await self._call(self._spec.acall, args, config, arguments))
+
+    def _call(
+        self, call: Callable[..., Any], args: tuple[str, ...], config: RunnableConfig, arguments: Any
+    ) -> Any:
+        """`call` (the spec's `call` or `acall`) for this run's session, arguments and options."""
         arguments.update(zip(self._spec.arguments, args, strict=False))
-        options = self._options(config)
-        return self._reply(await self._spec.acall(self.engine, self._session(config), arguments, **options))
+        session = self.session_resolver(config) or self.default_session
+        return call(self.engine, session, arguments, self.files, **self._options(config))
 
     def _options(self, config: RunnableConfig) -> dict[str, Any]:
         return {}
-
-    def _session(self, config: RunnableConfig) -> str:
-        session = self.session_resolver(config) or self.default_session
-        if self.files is not None:
-            self.files.seed(self.engine, session)
-        return session
 
     def _reply(self, reply: ToolReply) -> _Reply:
         if not (reply.images and self.image_blocks):
@@ -150,9 +137,7 @@ class GenparkReplTool(_EngineTool):
     in-process boundary guards the host against accidents and casual misuse, not against a determined
     attacker (use `ReplEngine(boundary="subprocess")` for untrusted code). Errors in the code and engine
     failures come back as observations with status "error", never as exceptions in the agent's loop.
-
-    Content is the observation text, followed by one image block per image the run attached; the
-    artifact is the full `ExecutionResult` as plain JSON.
+    Content: the observation text (+ an image block per figure); artifact: the `ExecutionResult` as JSON.
     """
 
     _spec = tools.RUN_PYTHON

@@ -4,13 +4,11 @@
 # run time (inspect.signature, no eval_str) to find the injected `Context` parameter, so their annotations
 # must be the real objects, not strings.
 
-import asyncio
-import concurrent.futures
 import inspect
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from llama_index.core.base.llms.types import ContentBlock, ImageBlock, TextBlock
 from llama_index.core.tools import FunctionTool, ToolMetadata, ToolOutput
@@ -25,7 +23,6 @@ __all__ = ["STORE_KEY", "GenparkReplStreamEvent", "GenparkReplToolSpec"]
 STORE_KEY = "genpark_repl_session"
 """Key under which a conversation's session id lives in `ctx.store` (a plain string, so it serializes)."""
 
-_T = TypeVar("_T")
 _SPECS = {spec.name: spec for spec in (*tools.TOOLS, *tools.FILE_TOOLS)}
 
 
@@ -59,17 +56,16 @@ def _methods(spec: ToolSpec) -> tuple[Callable[..., ToolOutput], Callable[..., A
 
     def method(self: "GenparkReplToolSpec", *args: Any, **kwargs: Any) -> ToolOutput:
         ctx, arguments = bind(self, args, kwargs)
-        return _output(spec.call(self.engine, self._session_sync(ctx), arguments), arguments)
+        return _output(spec.call(self.engine, self._session_sync(ctx), arguments, self.files), arguments)
 
     async def amethod(self: "GenparkReplToolSpec", *args: Any, **kwargs: Any) -> ToolOutput:
         ctx, arguments = bind(self, args, kwargs)
-        session = await self.session_id(ctx)
         # Streams only from here: the async tool runs on the workflow's own loop.
         options = {"on_event": _stream_to(ctx)} if spec is tools.RUN_PYTHON and ctx is not None else {}
-        return _output(await spec.acall(self.engine, session, arguments, **options), arguments)
+        reply = await spec.acall(self.engine, await self.session_id(ctx), arguments, self.files, **options)
+        return _output(reply, arguments)
 
-    arguments = "".join(f"\n    {name} (str): {text}" for name, text in spec.arguments.items())
-    method.__doc__ = spec.description + (f"\n\nArgs:{arguments}" if arguments else "")
+    method.__doc__ = spec.docstring
     streamed = "; it also streams the output (`GenparkReplStreamEvent`)" if spec is tools.RUN_PYTHON else ""
     amethod.__doc__ = f"Async twin of `{spec.name}`{streamed}."
     for function, name in ((method, spec.name), (amethod, "a" + spec.name)):
@@ -86,21 +82,11 @@ class GenparkReplToolSpec(BaseToolSpec):
     accidents and casual misuse, not against a determined attacker: give untrusted agents
     `ReplEngine(boundary="subprocess")`.
 
-    Sessions: `session="..."` pins every call to that engine session. Otherwise each conversation has
-    its own: the tools read the workflow `Context` that LlamaIndex injects and keep only a string
-    session id in `ctx.store` (under `STORE_KEY`), so a context saved with `ctx.to_dict()` and restored
-    with `Context.from_dict(...)` finds its session again for as long as the engine keeps it. Free a
-    finished conversation's session with `engine.close(await spec.session_id(ctx))`.
-
-        spec = GenparkReplToolSpec(engine=ReplEngine(policy="standard"))
-        agent = FunctionAgent(tools=spec.to_tool_list(), llm=llm)
-        ctx = Context(agent)
-        await agent.run("...", ctx=ctx)   # the same ctx keeps the same namespace
-
-    Each tool answers with a `ToolOutput`: the engine's observation text (plus an `ImageBlock` per
-    figure) for the model, and the telemetry as plain JSON in `raw_output`. Errors in the agent's code
-    are observations (`is_error=True`), never exceptions. Calls are thread-safe; the engine serializes
-    calls on one session and runs different sessions in parallel.
+    Sessions: `session="..."` pins every call to one engine session; otherwise each conversation (the
+    workflow `Context` LlamaIndex injects) has its own, its id a string in `ctx.store[STORE_KEY]`, so a
+    saved and restored context finds it again. Each tool answers with a `ToolOutput`: the observation
+    (plus an `ImageBlock` per figure), the telemetry as plain JSON in `raw_output`, `is_error` instead
+    of exceptions. See integrations/llamaindex/README.md.
     """
 
     spec_functions: list[SPEC_FUNCTION_TYPE] = [
@@ -125,9 +111,7 @@ class GenparkReplToolSpec(BaseToolSpec):
         include_files: bool = False,
     ) -> None:
         """`files` ({name: bytes or host path}, or [host paths]) are put into each conversation's
-        session the first time it is used; `include_files` adds list_files and download_file. Each
-        run's raw_output lists the files it wrote (`raw_output["files"]`: names and sizes); their
-        bytes come from `engine.download(await spec.session_id(ctx), name)`."""
+        session the first time it is used; `include_files` adds list_files and download_file."""
         self.engine = engine if engine is not None else ReplEngine()
         self.session = session
         self.files = None if files is None else tools.SessionFiles(files)
@@ -138,24 +122,18 @@ class GenparkReplToolSpec(BaseToolSpec):
         # turns here instead of contending for it across loops.
         self._sync_lock = threading.Lock()
 
-    # ---- sessions -------------------------------------------------------------------------------
-
     async def session_id(self, ctx: Context | None) -> str:
         """The engine session these tools use for `ctx`'s conversation, created on first use."""
         found = self.session if self.session is not None else await _conversation(ctx)
         if self.files is not None:
-            await asyncio.to_thread(self.files.seed, self.engine, found)
+            await self.files.aseed(self.engine, found)
         return found
 
     def _session_sync(self, ctx: Context | None) -> str:
-        if self.session is None:
-            with self._sync_lock:
-                return _run_coroutine(self.session_id(ctx))
-        if self.files is not None:
-            self.files.seed(self.engine, self.session)
-        return self.session
-
-    # ---- LlamaIndex plumbing --------------------------------------------------------------------
+        if self.session is not None:
+            return self.session
+        with self._sync_lock:
+            return tools.run_sync(self.session_id(ctx))
 
     def to_tool_list(
         self,
@@ -170,17 +148,20 @@ class GenparkReplToolSpec(BaseToolSpec):
             fns = [getattr(self, name) for name in names]
             sync_fn = next((f for f in fns if not inspect.iscoroutinefunction(f)), None)
             async_fn = next((f for f in fns if inspect.iscoroutinefunction(f)), None)
-            main = sync_fn or async_fn
-            assert main is not None
             metadata = next((mapping[n] for n in names if n in mapping), None)
+            main = min(fns, key=inspect.iscoroutinefunction)  # the sync one, if there is one
             name = metadata.get_name() if metadata is not None else main.__name__
+            # The core's words with this engine's policy and time limit; LlamaIndex's own description
+            # would put the return annotation's dotted path into the prompt.
+            spec = _SPECS.get(name.removeprefix("a")) if metadata is None else None
+            described = None if spec is None else f"{name}{spec.signature}\n{spec.describe(self.engine)}"
             keep, akeep = _keep_output(name)  # FunctionTool would str() a returned ToolOutput
             found.append(
                 FunctionTool.from_defaults(
                     fn=sync_fn,
                     async_fn=async_fn,
                     name=name,
-                    description=None if metadata is not None else self._description(name, main),
+                    description=described,
                     tool_metadata=metadata,
                     callback=keep,
                     async_callback=akeep,
@@ -190,16 +171,6 @@ class GenparkReplToolSpec(BaseToolSpec):
                 )
             )
         return found
-
-    def _description(self, name: str, fn: Callable[..., Any]) -> str:
-        # The call's signature, then the core's words (with this engine's policy and time limit). LlamaIndex's
-        # default would put the return annotation's dotted path into the prompt.
-        sig = inspect.signature(fn)
-        params = [p for p in sig.parameters.values() if p.annotation is not Context]
-        shown = sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
-        spec = _SPECS.get(fn.__name__.removeprefix("a"))
-        text = spec.describe(self.engine) if spec is not None else inspect.getdoc(fn) or ""
-        return f"{name}{shown}\n{text}".strip()
 
 
 async def _conversation(ctx: Context | None) -> str:
@@ -248,22 +219,7 @@ def _keep_output(name: str) -> tuple[Callable[[Any], ToolOutput | None], Callabl
             return raw
         return None
 
-    async def akeep(raw: Any) -> ToolOutput | None:
+    async def akeep(raw: Any) -> ToolOutput | None:  # as a coroutine: no executor hop per call
         return keep(raw)
 
     return keep, akeep
-
-
-def _run_coroutine(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run `coro` to completion from synchronous code.
-
-    Agents call the async tools; the sync ones serve callers outside an event loop, where this is a
-    plain `asyncio.run`. Called on a thread whose loop is running, it uses a helper thread instead of
-    refusing. The in-memory `ctx.store` tolerates this; a store bound to another loop may not.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
