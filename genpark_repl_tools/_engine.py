@@ -16,7 +16,15 @@ from ._compile import parse
 from ._exceptions import EngineClosed, FileNotFound, FileQuotaExceeded, FilesUnavailable, SessionNotFound
 from ._files import FileTracker, WorkspaceDir
 from ._limits import Limits
-from ._models import AuditReport, ErrorInfo, ExecutionResult, FileInfo, SessionRestore, VariableInfo
+from ._models import (
+    AuditReport,
+    ErrorInfo,
+    ExecutionResult,
+    FileInfo,
+    SessionRestore,
+    VariableInfo,
+    set_field,
+)
 from ._observer import EventSink, Observer
 from ._stream import POLL_S, WORKERS, Channel, StreamEvent, final_events
 from .policy import Policy, runtime_for
@@ -288,7 +296,7 @@ class ReplEngine:
             if workspace is not None:
                 path = self._workspaces[request.session] = str(workspace.path)
         if path is not None:
-            result.files = self._files.changes(request.session, path)
+            set_field(result, "files", self._files.changes(request.session, path))  # FileChanges it made
         return result
 
     def interrupt(self, session: str = "default") -> bool:

@@ -15,7 +15,7 @@ from ._boundary import ExecutionRequest
 from ._events import AuditEvent, JsonlAuditLog, budget_event, deliver, events_from
 from ._history import History
 from ._limits import Limits
-from ._models import ExecutionResult
+from ._models import ExecutionResult, set_field
 from ._telemetry import Tracing, finish_span, start_span, use_span
 from ._usage import Ledger
 
@@ -78,7 +78,7 @@ class Observer:
                 finish_span(span, None, exc)
             raise
         wall_s = time.perf_counter() - started
-        result.usage.wall_ms = round(wall_s * 1000, 3)
+        set_field(result.usage, "wall_ms", round(wall_s * 1000, 3))  # a float it made: not validated again
         self.ledger.record(result, wall_s)
         if self._sinks and (result.error is not None or result.status == "blocked"):
             deliver(self._sinks, events_from(result, request.code, call_id))
