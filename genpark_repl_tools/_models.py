@@ -313,8 +313,11 @@ class _Plan:
             if factory is list or factory is dict:
                 made = "[]" if factory is list else "{}"
             elif isinstance(factory, type) and issubclass(factory, BaseModel):
-                scope[f"_model{i}"] = factory
-                made = f"assemble(_model{i}, {{}})"  # assembled too: calling the class would validate
+                nested = _plans.get(factory)
+                if nested is None:
+                    nested = _plans[factory] = _Plan(factory)
+                scope[f"_build{i}"] = nested.build
+                made = f"_build{i}({{}})"  # assembled too: calling the class would validate
             else:
                 scope[f"_factory{i}"] = factory
                 made = f"_factory{i}()"  # a new one per instance
@@ -336,7 +339,6 @@ class _Plan:
             "    _set_private(obj, None)\n"
             "    return obj\n"
         )
-        scope["assemble"] = assemble
         exec(compile(source, f"<assemble {cls.__name__}>", "exec"), scope)
         self.build: Any = scope["build"]
 

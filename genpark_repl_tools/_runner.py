@@ -255,6 +255,13 @@ def _changes(
     ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit: int
 ) -> VariableChanges | None:
     """What the cell bound, rebound and deleted (None: nothing)."""
+    if not full_diff:  # the common case: every watched name still holds what it held
+        get = ns.get
+        for name, old in before.items():
+            if get(name, _MISSING) is not old:
+                break
+        else:
+            return None
     created: list[VariableInfo] = []
     rebound: list[VariableInfo] = []
     deleted: list[str] = []
