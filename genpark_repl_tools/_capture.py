@@ -29,7 +29,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, BinaryIO, Protocol, TextIO
 
 from ._text import BYTES_ERRORS, clean
@@ -347,29 +347,39 @@ class capturing:
         self._cap = cap
 
     def __enter__(self) -> OutputCapture:
-        global _active
-        out, err = _routers
-        with _lock:
-            if _active == 0:
-                out.fallback, err.fallback = sys.stdout, sys.stderr
-            # Also when already active: executed code (trusted policy) may have replaced the streams.
-            if sys.stdout is not out:
-                sys.stdout = out
-            if sys.stderr is not err:
-                sys.stderr = err
-            _active += 1
-        self._token = _current.set(self._cap)
+        self._token = route(self._cap)
         return self._cap
 
     def __exit__(self, *exc: object) -> None:
-        global _active
-        _current.reset(self._token)
-        with _lock:
-            _active -= 1
-            if _active == 0:
-                out, err = _routers
-                sys.stdout, sys.stderr = out.fallback, err.fallback
-                out.fallback = err.fallback = None
+        unroute(self._token)
+
+
+def route(cap: OutputCapture) -> Token[OutputCapture | None]:
+    """`capturing(cap).__enter__()` without the object (the runner's hot path); pair it with `unroute`."""
+    global _active
+    out, err = _routers
+    with _lock:
+        if _active == 0:
+            out.fallback, err.fallback = sys.stdout, sys.stderr
+        # Also when already active: executed code (trusted policy) may have replaced the streams.
+        if sys.stdout is not out:
+            sys.stdout = out
+        if sys.stderr is not err:
+            sys.stderr = err
+        _active += 1
+    return _current.set(cap)
+
+
+def unroute(token: Token[OutputCapture | None]) -> None:
+    """End what `route` began: this context's routing, and the routers when no execution is left."""
+    global _active
+    _current.reset(token)
+    with _lock:
+        _active -= 1
+        if _active == 0:
+            out, err = _routers
+            sys.stdout, sys.stderr = out.fallback, err.fallback
+            out.fallback = err.fallback = None
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from ._boundary import ExecutionRequest
 from ._events import AuditEvent, JsonlAuditLog, budget_event, deliver, events_from
 from ._history import History
 from ._limits import Limits
-from ._models import ExecutionResult
+from ._models import ExecutionResult, set_field
 from ._telemetry import Tracing, finish_span, start_span, use_span
 from ._usage import Ledger
 
@@ -56,12 +56,14 @@ class Observer:
         boundary: str,
         execute: Callable[[ExecutionRequest], ExecutionResult],
     ) -> ExecutionResult:
-        refused = self.ledger.admit(request.session, policy, boundary)
-        if refused is not None:
-            result, rule = refused
-            if self._sinks:
-                deliver(self._sinks, [budget_event(result, request.code, call_id, rule)])
-            return result
+        ledger = self.ledger
+        if ledger.budgeted:  # without budgets there is nothing to reserve (Ledger.admit)
+            refused = ledger.admit(request.session, policy, boundary)
+            if refused is not None:
+                result, rule = refused
+                if self._sinks:
+                    deliver(self._sinks, [budget_event(result, request.code, call_id, rule)])
+                return result
         tracer = self.tracing.tracer()
         span = None
         started = time.perf_counter()
@@ -73,20 +75,21 @@ class Observer:
                 with use_span(span):
                     result = execute(request)
         except BaseException as exc:
-            self.ledger.release(request.session)
+            ledger.release(request.session)
             if span is not None:
                 finish_span(span, None, exc)
             raise
         wall_s = time.perf_counter() - started
-        result.usage.wall_ms = round(wall_s * 1000, 3)
-        self.ledger.record(result, wall_s)
+        set_field(result.usage, "wall_ms", round(wall_s * 1000, 3))  # a float it made: not validated again
+        ledger.record(result, wall_s)
         if self._sinks and (result.error is not None or result.status == "blocked"):
             deliver(self._sinks, events_from(result, request.code, call_id))
-        if self.history.enabled:
-            self.history.add(request.code, result, call_id)
+        history = self.history
+        if history.max_cells > 0:  # History.enabled
+            history.add(request.code, result, call_id)
         if span is not None:
             finish_span(span, result)
-        if self.ledger.size() > self._prune_at:
+        if ledger.size() > self._prune_at:
             self._prune()
         return result
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any
 
-from ._capture import Capture, OutputCapture, capturing
+from ._capture import Capture, OutputCapture, route, unroute
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
 from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
@@ -123,7 +123,8 @@ def run_cell(
     outcome = _Outcome()
     figures = FigureRun(session.figures, limits)
     figures.enter()  # host code, before the guards: may make pyplot headless before the cell imports it
-    with capturing(capture):
+    routed = route(capture)  # `with capturing(capture)`, without its object
+    try:
         watchdog.start()  # outside the sandbox: starting a thread is refused inside it
         token = runtime.enter()
         # ExecutionTimeout is the only exception expected back: _guarded turns the cell's own into data.
@@ -143,6 +144,8 @@ def run_cell(
         )
         figures.exit()  # closes what the cell left open, also after a timeout
         runtime.exit(token)
+    finally:
+        unroute(routed)
     if host_builtins is not None:
         _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
     if host_cwd is not None and os.getcwd() != host_cwd:
@@ -255,6 +258,13 @@ def _changes(
     ns: dict[str, Any], before: dict[str, Any], full_diff: bool, limit: int
 ) -> VariableChanges | None:
     """What the cell bound, rebound and deleted (None: nothing)."""
+    if not full_diff:  # the common case: every watched name still holds what it held
+        get = ns.get
+        for name, old in before.items():
+            if get(name, _MISSING) is not old:
+                break
+        else:
+            return None
     created: list[VariableInfo] = []
     rebound: list[VariableInfo] = []
     deleted: list[str] = []

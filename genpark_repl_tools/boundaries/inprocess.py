@@ -42,6 +42,7 @@ class InProcessBoundary(BaseBoundary):
     def __init__(self, policy: Policy, limits: Limits) -> None:
         super().__init__(policy, limits)
         self._runtime = runtime_for(policy)
+        self._own_dirs = policy.restricted and bool(policy.files)  # each session works in its directory
         self._sessions: SessionTable[Session] = SessionTable(limits.max_sessions)
         self._running: dict[str, ExecutionRequest] = {}  # session -> the call running in it
         # Per-session workspaces (issue 17): <temporary root>/<session_dirname>, made on first use and
@@ -103,7 +104,7 @@ class InProcessBoundary(BaseBoundary):
             limits = limits.model_copy(update={"timeout_s": request.timeout_s})
         # Code under a restricted policy with files uses its session's own directory (made once).
         token = None
-        if self.policy.restricted and self.policy.files:
+        if self._own_dirs:
             token = session_workspace.set(self._workspace_path(request.session, make=True))
         try:
             with session.lock:

@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from genpark_repl_tools import ExecutionResult, Limits, ReplEngine
-from genpark_repl_tools._models import Usage, VariableChanges, VariableInfo, assemble
+from genpark_repl_tools._models import Usage, VariableChanges, VariableInfo, assemble, set_field
 from genpark_repl_tools.testing.bad_output import BAD_OUTPUT_TIMEOUT_S, BAD_OUTPUTS, kind_of
 
 CELLS = {
@@ -109,3 +109,34 @@ def test_a_session_name_given_as_a_str_subclass_is_held_as_a_str() -> None:
         result = engine.run("x = 1", Name("conversation-1"))
     assert type(result.session) is str and result.session == "conversation-1"
     _check(result)
+
+
+def test_set_field_is_what_assignment_makes() -> None:
+    assigned = assemble(ExecutionResult, {"status": "ok", "session": "s"})
+    direct = assemble(ExecutionResult, {"status": "ok", "session": "s"})
+    assigned.usage.wall_ms = 1.5
+    assigned.files = []
+    set_field(direct.usage, "wall_ms", 1.5)
+    set_field(direct, "files", [])
+    assert direct == assigned
+    assert direct.model_fields_set == assigned.model_fields_set == {"status", "session", "files"}
+    assert direct.usage.model_fields_set == assigned.usage.model_fields_set == {"wall_ms"}
+    assert ExecutionResult.model_validate(direct.model_dump()) == direct
+
+
+def test_builders_are_made_before_any_sandbox_runs() -> None:
+    # A builder is compiled; the subprocess worker assembles its first result inside the sandbox,
+    # whose audit hook refuses compiling: every model the runner assembles is planned at import.
+    from genpark_repl_tools import _models
+
+    for cls in (ExecutionResult, VariableChanges, VariableInfo, Usage):
+        assert cls in _models._plans
+
+
+def test_a_run_that_changes_nothing_reports_no_changes_and_one_that_does_reports_it() -> None:
+    with ReplEngine(policy="trusted") as engine:
+        engine.run("x = 1\ny = 2")
+        same = engine.run("x = 1")  # small ints are cached: the name holds the very same object
+        rebound = engine.run("x = 2\ndel y")
+    assert same.changes == VariableChanges()
+    assert [v.name for v in rebound.changes.rebound] == ["x"] and rebound.changes.deleted == ["y"]
