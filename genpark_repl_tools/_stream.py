@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._capture import squash_returns
 from ._models import Attachment, ExecutionResult
 
-__all__ = ["POLL_S", "Channel", "FigureEvent", "OutputEvent", "ResultEvent", "StreamEvent"]
+__all__ = ["POLL_S", "Channel", "FigureEvent", "OutputEvent", "ResultEvent", "StreamEvent", "join_runs"]
 
 
 class _Event(BaseModel):
@@ -89,17 +89,21 @@ class Channel:
         else:
             pop = items.popleft
             pieces = [pop() for _ in range(len(items))]  # what is there now; more may come meanwhile
-        events: list[OutputEvent] = []
-        i = 0
-        while i < len(pieces):
-            stream = pieces[i][0]
-            j = i + 1
-            while j < len(pieces) and pieces[j][0] == stream:
-                j += 1
-            text = squash_returns("".join(text for _, text in pieces[i:j]))
-            events.append(OutputEvent(stream=stream, text=text))
-            i = j
-        return events, outcome
+        return [OutputEvent(stream=stream, text=text) for stream, text in join_runs(pieces)], outcome
+
+
+def join_runs(pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(stream, text) pieces with consecutive pieces of one stream joined and their redraws squashed."""
+    runs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(pieces):
+        stream = pieces[i][0]
+        j = i + 1
+        while j < len(pieces) and pieces[j][0] == stream:
+            j += 1
+        runs.append((stream, squash_returns("".join(text for _, text in pieces[i:j]))))
+        i = j
+    return runs
 
 
 class Workers:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from ..._boundary import BaseBoundary, ExecutionRequest
-from ..._capture import squash_returns
 from ..._exceptions import ReplError
 from ..._limits import Limits
 from ..._models import ExecutionResult
+from ..._stream import join_runs
 from ...policy import Policy
 from ...snapshot._durable import Durability, resolve_key
 from ..inprocess import InProcessBoundary
@@ -90,22 +90,8 @@ class Outbox:
             else:
                 pop = pieces.popleft
                 taken = [pop() for _ in range(len(pieces))]  # what is there now; more may come
-            self._items.extend(_runs(taken))
+            self._items.extend(join_runs(taken))
             return self._acked, list(self._items)
-
-
-def _runs(pieces: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Consecutive pieces of one stream joined, their redraws squashed."""
-    runs: list[tuple[str, str]] = []
-    i = 0
-    while i < len(pieces):
-        stream = pieces[i][0]
-        j = i + 1
-        while j < len(pieces) and pieces[j][0] == stream:
-            j += 1
-        runs.append((stream, squash_returns("".join(text for _, text in pieces[i:j]))))
-        i = j
-    return runs
 
 
 class SessionHost:
