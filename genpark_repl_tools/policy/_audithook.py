@@ -1088,6 +1088,20 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     tracing = always("tracing and profiling hooks")
     settings = unless_importing("changing process-wide settings")
     databases = always("opening databases")
+    # Threads (audited from Python 3.12; 3.10 and 3.11 raise no event, and there the import guard
+    # alone keeps `threading`/`_thread` from restricted code). Allowed only while a library is being
+    # imported, with no sandboxed frame between the thread start and the import machinery:
+    # matplotlib's "building the font cache" timer, started when a fresh worker (or a host without a
+    # cache) first imports it. Why that cannot start a thread for the session: importing() walks from
+    # the caller down and answers False at the first frame of sandboxed code, so the start comes from a
+    # module's top-level code (never a module from the workspace: on_exec refuses those) and what it
+    # calls; the thread's function is the library's choice, not the session's. Were session code ever
+    # to run in such a thread, its frames are still judged by identity (sandbox_rules walks that
+    # thread's stack); only the time limit would not reach it, which on the subprocess boundary the
+    # worker's CPU limit and kill do. Any other start (session code, or a library function the session
+    # calls, `matplotlib.font_manager.FontManager()`) is refused on both boundaries:
+    # tests/security/test_threads.py.
+    threads = unless_importing("starting threads")
     handlers: dict[str, Callable[..., None]] = {
         "open": on_open,
         "os.listdir": on_listdir,
@@ -1124,7 +1138,8 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         "builtins.input": always("reading the host's stdin"),
         "builtins.breakpoint": always("starting a debugger"),
         "pdb.Pdb": always("starting a debugger"),
-        "_thread.start_new_thread": always("starting threads"),
+        "_thread.start_new_thread": threads,  # audited from 3.12
+        "_thread.start_joinable_thread": threads,  # threading's route from 3.13
         "subprocess.Popen": processes,
         "os.system": processes,
         "os.exec": processes,

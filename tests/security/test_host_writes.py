@@ -154,8 +154,8 @@ def test_library_objects_the_session_made_take_writes(engine: ReplEngine) -> Non
         "import matplotlib.pyplot as plt, pandas as pd, numpy as np, enum\n"
         "fig, ax = plt.subplots()\nfig.note = 1\n"
         "df = pd.DataFrame({'a': [1]})\ndf.index.name = 'i'\ndf.columns = ['b']\n"
-        "a = np.zeros(4)\na.shape = (2, 2)\n"
+        "a = np.zeros(4)\na.flat = 7\n"  # a C-level setter (numpy 2.5 deprecates setting a.shape)
         "class C(enum.Enum):\n    A = 1\nC.A.note = 2\n"
-        "(fig.note, df.index.name, list(df.columns), a.shape, C.A.note)"
+        "(fig.note, df.index.name, list(df.columns), a.tolist(), C.A.note)"
     )
-    assert ok(run(engine, code)).value == "(1, 'i', ['b'], (2, 2), 2)"
+    assert ok(run(engine, code)).value == "(1, 'i', ['b'], [7.0, 7.0, 7.0, 7.0], 2)"
