@@ -262,9 +262,10 @@ class _Router(io.TextIOBase):
         super().__init__()
         self._name = name
         self.fallback = fallback
+        self._current = _current.get  # held: at interpreter exit this module's globals may be gone
 
     def _target(self) -> TextSink | None:
-        cap = _current.get()
+        cap = self._current()
         if cap is None:
             return None
         return cap.stdout if self._name == "stdout" else cap.stderr
