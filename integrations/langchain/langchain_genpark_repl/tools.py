@@ -148,13 +148,24 @@ class GenparkReplTool(_EngineTool):
         return {"on_event": _graph_writer(config)}
 
 
-def _graph_writer(config: RunnableConfig) -> tools.OnEvent | None:
-    """The LangGraph run's custom stream writer as an `on_event`, or None outside a graph run."""
+def _stream_writer_getter() -> Callable[[], Any] | None:
     try:
         from langgraph.config import get_stream_writer
+    except ImportError:  # LangChain without LangGraph: nothing to stream to
+        return None
+    return get_stream_writer
 
-        writer = get_stream_writer()
-    except (ImportError, RuntimeError, KeyError):  # no langgraph, or not inside a graph run
+
+_get_stream_writer = _stream_writer_getter()  # once: a failing import searches sys.path each time
+
+
+def _graph_writer(config: RunnableConfig) -> tools.OnEvent | None:
+    """The LangGraph run's custom stream writer as an `on_event`, or None outside a graph run."""
+    if _get_stream_writer is None:
+        return None
+    try:
+        writer = _get_stream_writer()
+    except (RuntimeError, KeyError):  # not inside a graph run
         return None
     call_id = (config.get("metadata") or {}).get("tool_call_id")
     return lambda event: writer({"genpark_repl": {**event.model_dump(mode="json"), "tool_call_id": call_id}})
