@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,26 +20,32 @@ from genpark_repl_tools.policy._errors import PolicyViolation
 _RUNS = 2000
 
 
+def _grown(work: Callable[[], None], *files: str) -> int:
+    """Bytes that `work` left allocated by code in `files` (tracemalloc, after a collection)."""
+    watched = [tracemalloc.Filter(True, f) for f in files]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot().filter_traces(watched)
+        work()
+        gc.collect()
+        after = tracemalloc.take_snapshot().filter_traces(watched)
+    finally:
+        tracemalloc.stop()
+    return sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+
 @pytest.mark.parametrize("policy", ["strict", "standard"])
 def test_runs_of_a_later_session_keep_nothing_per_run(policy: str) -> None:
     with ReplEngine(policy=policy) as engine:
         for session in ("first", "second"):
             assert engine.run("x = 1", session=session).status == "ok"
-        watched = (
-            tracemalloc.Filter(True, _audithook.__file__),
-            tracemalloc.Filter(True, _restricted.__file__),
-        )
-        gc.collect()
-        tracemalloc.start()
-        try:
-            before = tracemalloc.take_snapshot().filter_traces(watched)
+
+        def runs() -> None:
             for _ in range(_RUNS):
                 assert engine.run("x = 1", session="second").status == "ok"
-            gc.collect()
-            after = tracemalloc.take_snapshot().filter_traces(watched)
-        finally:
-            tracemalloc.stop()
-        grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+        grown = _grown(runs, _audithook.__file__, _restricted.__file__)
         # It was about 195 bytes per run (390 KB here); a few KB are the hook's per-thread frames.
         assert grown < 40 * 1024, grown
 
@@ -52,18 +59,12 @@ def test_rules_for_many_workspaces_stay_bounded(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(_audithook, "_RULES_KEPT", 32)
     for i in range(64):  # past the bound
         _audithook.deactivate(_audithook.activate(_spec(f"/nonexistent/warm{i}")))
-    watched = (tracemalloc.Filter(True, _audithook.__file__),)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.take_snapshot().filter_traces(watched)
+
+    def activations() -> None:
         for i in range(_RUNS // 4):
             _audithook.deactivate(_audithook.activate(_spec(f"/nonexistent/ws{i}")))
-        gc.collect()
-        after = tracemalloc.take_snapshot().filter_traces(watched)
-    finally:
-        tracemalloc.stop()
-    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+    grown = _grown(activations, _audithook.__file__)
     # It was about 1.3 KB per workspace (650 KB here): a new denied-names set each, never dropped.
     assert grown < 40 * 1024, grown
 

@@ -5,12 +5,14 @@ worker). Set GENPARK_SECURITY_BOUNDARIES=inprocess to run one boundary only whil
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from _security import PARAMS
 
-from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools import Limits, Policy, ReplEngine
+from genpark_repl_tools.policy import runtime_for
 
 
 @pytest.fixture(scope="module", params=PARAMS, ids=[f"{p}-{b}" for p, b in PARAMS])
@@ -27,6 +29,21 @@ HOST_PROCESS_ONLY = {
         "checks the host's sys.modules"
     ),
 }
+
+
+@pytest.fixture(params=["strict", "standard"])
+def sandboxed(request: pytest.FixtureRequest) -> Callable[[Callable[[], Any]], Any]:
+    """Call a function as if restricted code were running in this context (in-process)."""
+    runtime = runtime_for(Policy.preset(request.param))
+
+    def call(fn: Callable[[], Any]) -> Any:
+        token = runtime.enter()
+        try:
+            return fn()
+        finally:
+            runtime.exit(token)
+
+    return call
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -17,25 +17,10 @@ from typing import Any
 import pytest
 from _security import ok, refusal, run
 
-from genpark_repl_tools import Limits, Policy, ReplEngine
-from genpark_repl_tools.policy import PolicyViolation, runtime_for
+from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools.policy import PolicyViolation
 
 LIBRARY_READS_OUTSIDE = "import pathlib\ndef leak():\n    return pathlib.Path('/etc/hostname').read_text()"
-
-
-@pytest.fixture(params=["strict", "standard"])
-def sandboxed(request: pytest.FixtureRequest) -> Callable[[Callable[[], Any]], Any]:
-    """Call a function as if restricted code were running in this context."""
-    runtime = runtime_for(Policy.preset(request.param))
-
-    def call(fn: Callable[[], Any]) -> Any:
-        token = runtime.enter()
-        try:
-            return fn()
-        finally:
-            runtime.exit(token)
-
-    return call
 
 
 def _exec() -> None:

@@ -21,7 +21,7 @@ import pytest
 from _security import BOUNDARIES, assert_import_refused, blocked, ok, run
 
 from genpark_repl_tools import Limits, Policy, ReplEngine
-from genpark_repl_tools.policy import PolicyViolation, runtime_for
+from genpark_repl_tools.policy import PolicyViolation
 
 THREADING = "import threading\nthreading.Thread(target=print).start()"
 LOW_LEVEL = "import _thread\n_thread.start_new_thread(print, ())"
@@ -88,21 +88,6 @@ def start(target):
     t.start()
     t.join()
 """
-
-
-@pytest.fixture(params=["strict", "standard"])
-def sandboxed(request: pytest.FixtureRequest) -> Callable[[Callable[[], Any]], Any]:
-    """Call a function as if restricted code were running in this context (in-process)."""
-    runtime = runtime_for(Policy.preset(request.param))
-
-    def call(fn: Callable[[], Any]) -> Any:
-        token = runtime.enter()
-        try:
-            return fn()
-        finally:
-            runtime.exit(token)
-
-    return call
 
 
 @pytest.fixture
