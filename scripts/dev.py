@@ -292,8 +292,12 @@ def _test_matrix(rest: list[str]) -> int:
         # A full run includes the core suite: by default the core-only run (no framework installed)
         # covers the versions the full runs do not, so every version runs the core suite once.
         runs += [(v, False) for v in chosen if "core" in kinds or v not in FULL_ON]
-    if "full" in kinds or not kinds:
+    if "full" in kinds:  # asked for by name: every chosen version, also one CI runs core-only
+        runs += [(v, True) for v in chosen]
+    elif not kinds:
         runs += [(v, True) for v in FULL_ON if v in chosen]
+    if not runs:
+        raise SystemExit("test-matrix: nothing to run (name a version with core or full)")
     rows = [_matrix_run(version, full, rest) for version, full in runs]
     print("\ntest-matrix:")
     for label, code, counts in rows:
