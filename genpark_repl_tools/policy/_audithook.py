@@ -26,7 +26,6 @@ from __future__ import annotations
 import _thread
 import ast
 import collections
-import contextlib
 import contextvars
 import dis
 import functools
@@ -1242,9 +1241,11 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         known = by_spec.get(key_of(spec))
         rules = None
         if known is not None and known[0] is spec:
-            with contextlib.suppress(KeyError):  # forgotten since: made again below
+            try:
                 made_ids.move_to_end(key_of(known[1]))
                 rules = known[1]
+            except KeyError:  # forgotten since: made again below
+                pass
         if rules is None:
             policy, files, workspace, denied, prefixes = spec
             key = (
