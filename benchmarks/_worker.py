@@ -144,18 +144,7 @@ def _latency_figure(ex: Executor, bare: Bare, fig: F.Latency, s: F.Settings, emi
         return
     calls = {"x": (ex.caller("main"), fig.code), "bare": (bare.caller("main"), fig.code)}
     samples, numbers = interleaved(calls, {"x": first, "bare": bare_first}, s, ex.clock)
-    emit(
-        "figure",
-        figure=fig.key,
-        clock=ex.clock,
-        value_s=min(samples["x"]),
-        bare_s=min(samples["bare"]),
-        ratio=paired_ratio(samples["x"], samples["bare"]),
-        median_s=statistics.median(samples["x"]),
-        rounds=len(samples["x"]),
-        number=numbers["x"],
-        samples=samples,
-    )
+    _emit_paired(emit, fig.key, ex.clock, samples, numbers)
 
 
 def _namespace_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> None:
@@ -200,6 +189,24 @@ def _namespace_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) ->
     ex.close_session("ns-0")
 
 
+def _emit_paired(
+    emit: Emitter, key: str, clock: str, samples: dict[str, list[float]], numbers: dict[str, int]
+) -> None:
+    """One figure timed against bare exec in alternating rounds: fastest, ratio, median."""
+    emit(
+        "figure",
+        figure=key,
+        clock=clock,
+        value_s=min(samples["x"]),
+        bare_s=min(samples["bare"]),
+        ratio=paired_ratio(samples["x"], samples["bare"]),
+        median_s=statistics.median(samples["x"]),
+        rounds=len(samples["x"]),
+        number=numbers["x"],
+        samples=samples,
+    )
+
+
 def _new_cell_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> None:
     """Like a latency figure, but every call runs a cell never run before (made before the batch)."""
     session = "cells"
@@ -232,18 +239,7 @@ def _new_cell_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> 
             break
     ex.close_session(session)
     bare.close_session(session)
-    emit(
-        "figure",
-        figure="new_cell",
-        clock=ex.clock,
-        value_s=min(samples["x"]),
-        bare_s=min(samples["bare"]),
-        ratio=paired_ratio(samples["x"], samples["bare"]),
-        median_s=statistics.median(samples["x"]),
-        rounds=len(samples["x"]),
-        number=numbers["x"],
-        samples=samples,
-    )
+    _emit_paired(emit, "new_cell", ex.clock, samples, numbers)
 
 
 def _new_session_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> None:
