@@ -126,7 +126,7 @@ def run_cell(
     routed = route(capture)  # `with capturing(capture)`, without its object
     try:
         watchdog.start()  # outside the sandbox: starting a thread is refused inside it
-        token = runtime.enter()
+        token = runtime.enter(session.builtins)
         # ExecutionTimeout is the only exception expected back: _guarded turns the cell's own into data.
         _, stopped = call_armed(
             limits.timeout_s,

@@ -49,6 +49,7 @@ class Session:
     """
 
     __slots__ = (
+        "builtins",
         "cancel_pending",
         "created_at",
         "dynamic",
@@ -92,6 +93,7 @@ class Session:
         """
         builtins_table = self.runtime.new_builtins()
         builtins_table[GUARD_NAME] = check_expired
+        self.builtins = builtins_table  # what the runtime's enter() is given for this session's cells
         self.namespace.clear()
         self.namespace.update({"__builtins__": builtins_table, "__name__": "__main__"})
         self.execution_count = 0

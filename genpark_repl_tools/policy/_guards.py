@@ -30,7 +30,6 @@ from ._model import Policy
 from ._rules import StaticRules, exact, nfkc
 from ._transform import (
     ATTR,
-    CELL,
     CHECK_TARGET,
     GEN_CM,
     GEN_EXC,
@@ -256,7 +255,6 @@ class SessionGuards:
                 GETATTR_NAME: _getattr_name,
                 GEN_EXC: self.generator_exception,
                 GEN_CM: self.generator_context,
-                CELL: self.cell,
                 # How the shared type guard finds the session whose code calls it (see
                 # _calling_session). Restricted code cannot name it (the audit refuses names
                 # starting with '__'), nor reach the table (`__builtins__`, globals(), vars() and
@@ -849,7 +847,7 @@ class SessionGuards:
                 real = real_import(name, ())
             view = self.views[name] = build_view(name, real, self)
             if name == "decimal":
-                self.cell()  # from now on decimal arithmetic uses the session's own context
+                self.use_own_settings()  # from now on decimal arithmetic uses the session's own context
         return view
 
     def session_value(self, module: str, attr: str, value: Any) -> Any:
@@ -949,15 +947,18 @@ class SessionGuards:
             self._numpy_random = mtrand.RandomState()
         return self._numpy_random
 
-    def cell(self) -> None:
-        """Runs first in every cell: switch the context-local settings of libraries to the session's.
+    def enter(self, execution: Execution) -> None:
+        """When an execution of this session starts (the runtime's `enter`, host code): make it the
+        execution's session and switch the context-local settings of libraries to the session's.
 
         decimal's context and numpy's error state live in context variables of the caller's
         context; the execution restores the host's when it ends (see `Execution`).
         """
-        execution = current_execution.get()
-        if execution is not None:
-            execution.enter_session(self)
+        execution.enter_session(self)
+        self.use_own_settings()
+
+    def use_own_settings(self) -> None:
+        """Switch decimal's context and numpy's settings in this context to the session's own."""
         if self.decimal_context is None and "decimal" in self.views:
             import decimal
 
@@ -1378,8 +1379,9 @@ def _calling_session(frame: types.FrameType | None) -> SessionGuards | None:
     execution is current. Restricted code cannot choose a frame's builtins: it cannot name
     `__builtins__`, make functions with other globals, or reach frames. When a library called the
     guard (its frame has the host's builtins), the session whose cell runs in this context (the
-    current execution, set only by the CELL builtin each cell starts with). None outside both:
-    the caller refuses.
+    current execution, whose session the runtime sets when it starts one of the session's cells;
+    a variable's description runs under an execution without one). None outside both: the caller
+    refuses.
     """
     if frame is not None:
         found = frame.f_builtins.get(SESSION)

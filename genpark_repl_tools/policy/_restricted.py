@@ -19,7 +19,7 @@ from . import _audithook, _paths
 from ._audit import audit
 from ._audithook import SandboxState
 from ._errors import PolicyViolation
-from ._guards import Execution, SessionGuards, current_execution
+from ._guards import SESSION, Execution, SessionGuards, current_execution
 from ._model import Policy
 from ._rules import rules_for
 from ._transform import transform
@@ -88,7 +88,7 @@ class RestrictedRuntime:
     def new_builtins(self) -> dict[str, Any]:
         return SessionGuards(self.policy, self.rules, self.state).builtins()
 
-    def enter(self) -> Any:
+    def enter(self, session_builtins: dict[str, Any] | None = None) -> Any:
         # The workspace is resolved (and created) here, in the host's own context, before the hook
         # judges anything; the hook keeps its own copy of these rules.
         workspace = self.state.workspace if self.policy.files else None
@@ -113,7 +113,16 @@ class RestrictedRuntime:
             raise RuntimeError("the sandbox audit hook did not answer")
         execution = Execution()
         paths_token = _paths.enter(self.policy.name, workspace)
-        return (hook_token, current_execution.set(execution), execution, paths_token)
+        token = (hook_token, current_execution.set(execution), execution, paths_token)
+        if session_builtins is not None:
+            guards = session_builtins.get(SESSION)
+            if type(guards) is SessionGuards:
+                try:
+                    guards.enter(execution)
+                except BaseException:
+                    self.exit(token)  # never leave the host's context sandboxed
+                    raise
+        return token
 
     def exit(self, token: Any) -> None:
         hook_token, execution_token, execution, paths_token = token

@@ -43,8 +43,13 @@ class PolicyRuntime(Protocol):
         """A fresh builtins dict for one session."""
         ...
 
-    def enter(self) -> Any:
-        """Activate runtime guards for the current context; returns a token for `exit`."""
+    def enter(self, session_builtins: dict[str, Any] | None = None) -> Any:
+        """Activate runtime guards for the current context; returns a token for `exit`.
+
+        `session_builtins`: the builtins table (`new_builtins`) of the session whose cell is about
+        to run, whose per-session state the runtime switches to; None for other guarded calls
+        (a variable's description).
+        """
         ...
 
     def exit(self, token: Any) -> None: ...
@@ -104,7 +109,7 @@ class TrustedRuntime:
         table["__import__"] = _trusted_import
         return table
 
-    def enter(self) -> Any:
+    def enter(self, session_builtins: dict[str, Any] | None = None) -> Any:
         return None
 
     def exit(self, token: Any) -> None:

@@ -8,8 +8,10 @@ Only rare constructs are rewritten, so ordinary code (loops, arithmetic, calls, 
   checked once when the function starts (one set lookup for the session's own instances);
 * in generators: `except` clauses and `with` blocks, which could otherwise run code when the
   generator is discarded later;
-* `__getattr__` methods, which must not answer private names (libraries probe `__array_interface__`);
-* one call at the top of each cell that activates the session's own per-session state.
+* `__getattr__` methods, which must not answer private names (libraries probe `__array_interface__`).
+
+A cell with none of these compiles unchanged: the session's own per-session state (decimal's
+context, numpy's settings) is switched by the runtime when the execution starts, not by the cell.
 
 Every inserted name starts with `__repl_`, which the audit refuses in user code, so user code cannot
 shadow or call the guards.
@@ -36,9 +38,8 @@ CHECK_TARGET = "__repl_check_target__"
 GETATTR_NAME = "__repl_getattr_name__"
 GEN_EXC = "__repl_gen_exc__"
 GEN_CM = "__repl_gen_cm__"
-CELL = "__repl_cell__"
 
-GUARD_NAMES = (ATTR, SETATTR, TARGET, TYPE, OWNED, CHECK_TARGET, GETATTR_NAME, GEN_EXC, GEN_CM, CELL)
+GUARD_NAMES = (ATTR, SETATTR, TARGET, TYPE, OWNED, CHECK_TARGET, GETATTR_NAME, GEN_EXC, GEN_CM)
 
 
 @dataclass
@@ -52,12 +53,10 @@ class _Scope:
 def transform(tree: ast.Module, rules: StaticRules) -> ast.Module:
     if getattr(tree, NEEDS_REWRITE, True):
         _Rewriter(rules).generic_visit(tree)
-    _insert_cell_prologue(tree)
     return tree
 
 
 _LOCATION = ("lineno", "col_offset", "end_lineno", "end_col_offset")
-_LOAD = ast.Load()
 
 
 def _place(new: ast.AST, old: ast.AST) -> None:
@@ -270,24 +269,3 @@ class _Rewriter:
 
 _LEAVES = LEAVES
 _DISPATCH = dispatch_table(_Rewriter)
-
-
-def _insert_cell_prologue(tree: ast.Module) -> None:
-    # After `from __future__` imports (and the docstring before them), which must come first.
-    start = 0
-    futures = [
-        i
-        for i, stmt in enumerate(tree.body)
-        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
-    ]
-    if futures:
-        start = futures[-1] + 1
-    anchor = tree.body[min(start, len(tree.body) - 1)] if tree.body else None
-    where = {
-        "lineno": getattr(anchor, "lineno", 1),
-        "col_offset": 0,
-        "end_lineno": getattr(anchor, "lineno", 1),
-        "end_col_offset": 0,
-    }
-    name = ast.Name(CELL, _LOAD, **where)
-    tree.body.insert(start, ast.Expr(ast.Call(name, [], [], **where), **where))
