@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import ast
+import dis
 import hashlib
+import keyword
+import re
+import sys
 import threading
 from collections import OrderedDict
 from types import CodeType
@@ -11,6 +15,7 @@ from typing import Any, NamedTuple
 
 from ._models import AuditFinding, ErrorInfo
 from .policy._runtime import PolicyRuntime
+from .policy._screen import REVIEWED_VERSIONS
 from .policy._walk import push_children
 
 __all__ = ["CELL_PREFIX", "VALUE_NAME", "CompiledCell", "compile_cell", "parse"]
@@ -164,6 +169,10 @@ def _compile(source: str, runtime: PolicyRuntime) -> CompiledCell:
     digest = hashlib.sha1(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     filename = f"{CELL_PREFIX}{digest}>"
     lines = tuple(source.splitlines())
+    if _FAST and not _needs_tree(source):
+        cell = _compile_source(source, filename, lines, runtime)
+        if cell is not None:
+            return cell
     try:
         tree = parse(source, filename)
     except (SyntaxError, ValueError) as exc:  # ValueError: source with NUL bytes
@@ -226,6 +235,250 @@ def _compile(source: str, runtime: PolicyRuntime) -> CompiledCell:
 
 def _needs_walk(source: str) -> bool:
     return "global" in source or ("import" in source and "*" in source)
+
+
+# ---- the fast path: the code compile() makes from the source, when nothing needs the tree ---------
+#
+# A syntax tree costs a parse, an audit walk and a second compilation of the tree. A cell that needs
+# no rewrite can run the code compiled from its source: no timeout guards to insert (no handler, no
+# `with`), nothing the policy's audit or transform would act on (`runtime.screen`), and its trailing
+# expression's value found in the code itself (`_store_value`). Where any of that cannot be shown
+# from the code, the cell takes the tree path, which decides as before. Reviewed against the
+# bytecode of 3.11 and 3.12 only (positions per instruction, inline caches, RETURN_CONST).
+
+_FAST = sys.version_info[:2] in REVIEWED_VERSIONS
+_OPS = {name: code for name, code in dis.opmap.items() if code < 256}
+_POP_TOP = _OPS["POP_TOP"]
+_NOP = _OPS["NOP"]
+_LOAD_CONST = _OPS["LOAD_CONST"]
+_STORE_NAME = _OPS["STORE_NAME"]
+_CACHE = _OPS.get("CACHE", -1)
+_EXTENDED_ARG = _OPS["EXTENDED_ARG"]
+_RETURNS = tuple(_OPS[n] for n in ("RETURN_VALUE", "RETURN_CONST") if n in _OPS)
+_RETURN_CONST = _OPS.get("RETURN_CONST", -1)
+# Hard keywords that start a statement, never an expression: a statement beginning with one is
+# not the cell's value (`from m import x` and `import a.b as c` end like an expression does).
+_STATEMENT_WORDS = frozenset(keyword.kwlist) - {"False", "None", "True", "await", "lambda", "not", "yield"}
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NO_NAMES: frozenset[str] = frozenset()
+
+
+def _needs_tree(source: str) -> bool:
+    # Handlers and `with` blocks get timeout guards; `global` and `import *` need the tree's reading
+    # of the names bound; `\r` line ends are counted differently by str.splitlines.
+    return "except" in source or "with" in source or "\r" in source or _needs_walk(source)
+
+
+def _compile_source(
+    source: str, filename: str, lines: tuple[str, ...], runtime: PolicyRuntime
+) -> CompiledCell | None:
+    """The cell compiled from its source, or None when the tree path must decide."""
+    try:
+        code = compile(source, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError):
+        return None  # the tree path reports it as it always has
+    if not runtime.screen(code, source):
+        return None
+    names = _code_names(code)
+    if not _DYNAMIC_NAMES.isdisjoint(names) or "__doc__" in code.co_names:
+        return None  # dynamic reads of the namespace; a docstring (a value to the tree path)
+    found = _store_value(code, source)
+    if found is None:
+        return None
+    body, has_value = found
+    if has_value:
+        names.add(VALUE_NAME)
+    host = "import" in source and any(n.partition(".")[0] in _HOST_MODULES for n in names)
+    # Positional: a NamedTuple made with keywords costs a dict of them.
+    return CompiledCell(source, filename, lines, body, has_value, frozenset(names), _NO_NAMES, False, host)
+
+
+def _store_value(code: CodeType, source: str) -> tuple[CodeType, bool] | None:
+    """(`code` storing its trailing expression's value in VALUE_NAME, True), (`code`, False) if the
+    cell does not end with an expression, or None if the code alone cannot tell.
+
+    The module's implicit `return None` follows its last statement on every path that reaches the
+    end. When that statement is an expression, the return usually follows the POP_TOP that discards
+    its value (one per branch of an `a if b else c`); those POP_TOPs become STORE_NAMEs (same size:
+    offsets, line and exception tables stay valid). Not always: the compiler drops constant
+    statements and (3.12) constant branches, so without those POP_TOPs only a recognised statement
+    (an assignment, an import, a block) means "no value"; anything else is the tree's to read.
+    That the statement is the cell's last one is checked against the source at the positions of the
+    instructions.
+    """
+    raw = code.co_code
+    ops = raw[::2]
+    positions = list(code.co_positions())  # type: ignore[attr-defined]  # 3.11+: _FAST
+    consts = code.co_consts
+    befores: list[int] = []  # code units of the instructions right before each return
+    popped = True
+    for op in _RETURNS:
+        unit = ops.find(op)
+        while unit >= 0:
+            before = unit - 1
+            if op != _RETURN_CONST:  # RETURN_VALUE: after LOAD_CONST None
+                if before < 0 or ops[before] != _LOAD_CONST:
+                    return None
+                load, before = before, before - 1
+            else:
+                load = unit
+            if consts[_argument(raw, load)] is not None:
+                return None  # module code returns only None: something unexpected
+            while before >= 0 and (ops[before] == _EXTENDED_ARG or ops[before] == _CACHE):
+                before -= 1  # EXTENDED_ARG prefixes of the load, inline caches of what came before
+            if before < 0:
+                return None
+            if ops[before] != _POP_TOP:
+                popped = False
+            elif positions[before] != positions[unit]:
+                # A return placed after another statement's POP_TOP keeps its own position: the
+                # last statement left no code of its own (a constant the compiler dropped).
+                return None
+            befores.append(before)
+            unit = ops.find(op, unit + 1)
+    if not befores:
+        return None  # the cell always raises: nothing tells the tree path's reading apart
+    text = source.split("\n")
+    if not popped:
+        return (code, False) if _ends_with_statement(text, ops, positions, befores) else None
+    where = [positions[unit] for unit in befores]
+    if any(None in p for p in where):
+        return None
+    head = min((p[0], p[2]) for p in where)
+    tail = max((p[1], p[3]) for p in where)
+    kind = _last_statement((head[0], tail[0], head[1], tail[1]), text)
+    if kind is not _EXPRESSION:
+        return None if kind is None else (code, False)
+    names = code.co_names
+    index = names.index(VALUE_NAME) if VALUE_NAME in names else len(names)
+    if index > 255:
+        return None  # would need an EXTENDED_ARG: not the same size
+    patched = bytearray(raw)
+    for unit in befores:
+        patched[2 * unit] = _STORE_NAME
+        patched[2 * unit + 1] = index
+    if index == len(names):
+        names = (*names, VALUE_NAME)
+    return code.replace(co_code=bytes(patched), co_names=names), True
+
+
+def _argument(raw: bytes, unit: int) -> int:
+    arg = raw[2 * unit + 1]
+    shift = 8
+    unit -= 1
+    while unit >= 0 and raw[2 * unit] == _EXTENDED_ARG:
+        arg |= raw[2 * unit + 1] << shift
+        shift += 8
+        unit -= 1
+    return arg
+
+
+_EXPRESSION = "expression"
+_STATEMENT = "statement"
+# A plain assignment to names: `x = ...`, `a, b = ...`, `n += 1` (not `==`, `:=`, targets with dots
+# or subscripts).
+_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)")
+# Headers of the blocks a cell can end with (with, try and except take the tree path anyway).
+_BLOCKS = frozenset({"for", "while", "if", "elif", "else", "def", "class", "async"})
+_STORES = frozenset(_OPS[n] for n in ("STORE_NAME", "STORE_GLOBAL"))
+
+
+def _code_lines(text: list[str]) -> list[int]:
+    """Indexes of the lines holding code (not blank, not only a comment)."""
+    return [i for i, line in enumerate(text) if line.strip() and line.lstrip()[0] != "#"]
+
+
+def _ends_with_statement(
+    text: list[str], ops: bytes, positions: list[tuple[int | None, ...]], befores: list[int]
+) -> bool:
+    """Whether the cell certainly ends with a statement that is not an expression: a plain
+    assignment whose store is what each return follows, or a block (its header the last line at the
+    margin, every line after it indented)."""
+    lines = _code_lines(text)
+    if not lines:
+        return False  # only comments: the tree path makes no code at all
+    last = lines[-1]
+    if last and text[last - 1].endswith("\\"):
+        return False
+    line = text[last]
+    if line[0] not in " \t\f":
+        if ";" in line or "#" in line or _ASSIGNMENT.match(line) is None:
+            return False
+        # Stored on this very line: the line is the assignment's own, not the continuation of a call
+        # on an earlier line (`f(a,\nx = 1)`).
+        return all(ops[b] in _STORES and positions[b][0] == last + 1 for b in befores)
+    header = next((i for i in reversed(lines) if text[i][0] not in " \t\f"), None)
+    if header is None or (header and text[header - 1].endswith("\\")):
+        return False
+    words = text[header]
+    if "'" in words or '"' in words:
+        return False
+    words = words.partition("#")[0].rstrip()
+    word = _WORD.match(words)
+    return word is not None and word.group() in _BLOCKS and words.endswith(":")
+
+
+def _last_statement(span: tuple[int | None, ...], text: list[str]) -> str | None:
+    """What the code at the positions `span` is: the cell's last statement and an expression
+    (_EXPRESSION), its last statement and an import (_STATEMENT), or None when the text does not
+    show it.
+
+    Shown from the text for the usual shape: the statement is on one line, after nothing or after
+    `;`-separated simple statements (no strings, comments, colons, no bracket closed that this line
+    did not open), nothing but comments follows. Anything else is parsed (the tail from its line).
+    """
+    first, last, start, end = span
+    if first is None or last is None or start is None or end is None:
+        return None
+    if first > 1 and text[first - 2].endswith("\\"):
+        return None  # a continued line: its statement began earlier
+    line = text[first - 1]
+    if first != last or not line.isascii() or ":" in line[start:end]:
+        return _parsed_statement(span, text)  # (positions count UTF-8 bytes)
+    rest = line[end:].lstrip()
+    if rest[:1] == ";":  # `y;` ends the statement; anything after the `;` is another one
+        rest = rest[1:].lstrip()
+    if rest and rest[0] != "#":
+        return _parsed_statement(span, text)
+    for following in text[last:]:
+        after = following.lstrip()
+        if after and after[0] != "#":
+            return None  # code after it (a statement the compiler dropped): the tree decides
+    if start:
+        head = line[:start]
+        if head.isspace():
+            return None  # indented: inside a block, not the cell's last statement
+        if head.rstrip()[-1] != ";" or "'" in head or '"' in head or "#" in head or ":" in head:
+            return _parsed_statement(span, text)
+        # Without strings and comments brackets count exactly: the `;` is outside any, so more
+        # closing than opening ones would mean the line continues an earlier one.
+        if head.count("(") + head.count("[") + head.count("{") != (
+            head.count(")") + head.count("]") + head.count("}")
+        ):
+            return None
+    word = _WORD.match(line, start)
+    if word is None or word.group() not in _STATEMENT_WORDS:
+        return _EXPRESSION
+    # `from m import x` and `import a.b as c` end the way an expression does.
+    return _STATEMENT if word.group() in ("from", "import") else None
+
+
+def _parsed_statement(span: tuple[int | None, ...], text: list[str]) -> str | None:
+    first, last, start, end = span
+    assert first is not None
+    try:
+        tree = parse("\n".join(text[first - 1 :]))
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None  # its line does not begin a statement
+    node = tree.body[-1] if tree.body else None
+    if (
+        node is None
+        or (node.lineno + first - 1, node.col_offset) != (first, start)
+        or node.end_lineno is None
+        or (node.end_lineno + first - 1, node.end_col_offset) != (last, end)
+    ):
+        return None
+    return _EXPRESSION if isinstance(node, ast.Expr) else None
 
 
 def _code_names(code: CodeType) -> set[str]:

@@ -12,6 +12,7 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Hashable
+from types import CodeType
 from typing import Any
 
 from .._models import AuditFinding
@@ -22,6 +23,7 @@ from ._errors import PolicyViolation
 from ._guards import SESSION, Execution, SessionGuards, current_execution
 from ._model import Policy
 from ._rules import rules_for
+from ._screen import CodeScreen
 from ._transform import transform
 
 __all__ = ["RestrictedRuntime"]
@@ -46,6 +48,7 @@ class RestrictedRuntime:
             raise ValueError("RestrictedRuntime needs a restricted policy")
         self.policy = policy
         self.rules = rules_for(policy)
+        self._screen = CodeScreen(self.rules)
         self._key = ("restricted", self.rules.key)
         self._workspace: str | None = None
         self._workspace_lock = threading.Lock()
@@ -84,6 +87,9 @@ class RestrictedRuntime:
 
     def transform(self, tree: ast.Module) -> ast.Module:
         return transform(tree, self.rules)
+
+    def screen(self, code: CodeType, source: str) -> bool:
+        return self._screen.clean(code, source)
 
     def new_builtins(self) -> dict[str, Any]:
         return SessionGuards(self.policy, self.rules, self.state).builtins()
