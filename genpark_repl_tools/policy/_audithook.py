@@ -783,15 +783,20 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     # A walk stops at the first stored frame it meets; frames stored above that one have returned
     # (or it would have met them first) and are dropped, so the store only keeps frames of the
     # thread's current stack and of its last walk. The host's own frames (this package) and the
-    # frames above them are not stored: they end with each run, and holding them would keep a
-    # session's objects alive.
+    # frames above them end with each run, and holding them after it would keep a session's objects
+    # alive: they are stored while a run compiles its cell (the compile, its code object and the
+    # activation then share one walk) and dropped when the run activates its execution, whose own
+    # walk does not store them.
     clean = _thread._local()  # .depths: {key of frame: depth}; .frames: [frame or None by depth]
+    # .host_at: the depth of the first stored frame of this package (None: none is stored)
     suspendable = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
     suspendable |= inspect.CO_ITERABLE_COROUTINE
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
-    def sandbox_rules(frame: FrameType | None) -> _Rules | None:
-        """The rules of the innermost frame of sandboxed code on the stack, or None."""
+    def sandbox_rules(frame: FrameType | None, keep_host: bool = True) -> _Rules | None:
+        """The rules of the innermost frame of sandboxed code on the stack, or None.
+
+        `keep_host`: also store the frames of this package found clean (see `clean`)."""
         state = clean.__dict__
         depths: dict[int, int] = state.get("depths") or {}
         frames: list[FrameType | None] = state.get("frames") or []
@@ -813,10 +818,16 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             frame = frame.f_back
         # Clean from the first frame walked down: store what may be stored, drop what has returned.
         kept = frames[: below + 1]
+        host_at = state.get("host_at")
+        if host_at is not None and host_at >= len(kept):
+            host_at = None  # the stored frames of this package have all returned
         for walked, code in reversed(path):  # oldest first, each one's depth is len(kept)
             filename = code.co_filename
             if type(filename) is str and filename.startswith(package):
-                break  # the package's frames (and whatever they call) end with the run: not kept
+                if not keep_host:
+                    break  # the package's frames (and whatever they call) end with the run
+                if host_at is None:
+                    host_at = len(kept)
             kept.append(None if code.co_flags & suspendable else walked)
         if len(depths) > 4 * len(kept) + 256:  # stale keys are harmless (see above), but bounded
             depths = {key_of(f): d for d, f in enumerate(kept) if f is not None}
@@ -827,18 +838,27 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                     depths[key_of(stored)] = d
         state["frames"] = kept
         state["depths"] = depths
+        state["host_at"] = host_at
         return None
+
+    def forget_host() -> None:
+        """Drop the stored frames of this package (and those above them) on this thread."""
+        state = clean.__dict__
+        at = state.get("host_at")
+        if at is not None:
+            state["frames"] = state["frames"][:at]  # their keys in .depths are stale: harmless
+            state["host_at"] = None
 
     def is_sandboxed(frame: FrameType) -> bool:
         return entry_of(frame.f_code) is not None
 
-    def host_direct(frame: FrameType | None) -> bool:
+    def host_direct(frame: FrameType | None, keep_host: bool = True) -> bool:
         """No sandboxed code on the stack: walked up to the frame that activated the execution (the
         stack above it was checked then), or to the bottom."""
         record = active.get()
         stop = record[1] if record is not None else None
         if stop is None:
-            return sandbox_rules(frame) is None
+            return sandbox_rules(frame, keep_host) is None
         while frame is not None and frame is not stop:
             if entry_of(frame.f_code) is not None:
                 return False
@@ -1233,8 +1253,9 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     getframe = sys._getframe
 
     def on_activate(args: tuple[Any, ...], frame: FrameType) -> None:
-        if not host_direct(frame):
+        if not host_direct(frame, keep_host=False):
             raise PolicyViolation("activating sandbox rules from sandboxed code is not allowed")
+        forget_host()  # what the run's compile walk stored: not held past the run
         if len(args) != 2:
             raise ValueError("malformed sandbox activation")
         spec, tokens = args

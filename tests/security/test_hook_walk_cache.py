@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from types import CodeType
+from pathlib import Path
+from types import CodeType, FunctionType
 from typing import Any
 
 import pytest
 
+import genpark_repl_tools
 from genpark_repl_tools import Policy, ReplEngine
-from genpark_repl_tools.policy import PolicyViolation, runtime_for
+from genpark_repl_tools.policy import PolicyViolation, _audithook, runtime_for
 
 _EXEC_REFUSED = r"running code built at run time"
 
@@ -121,3 +123,75 @@ def test_frames_remembered_on_one_thread_do_not_answer_for_another(engine: ReplE
     thread.start()
     thread.join(10)
     assert outcome == {"via": "refused"}
+
+
+# Frames whose code lives in this package's directory: the hook treats them as the host's own.
+_PACKAGE_FILE = str(Path(genpark_repl_tools.__file__).parent / "_walk_test_frames.py")
+_PACKAGE_CHAIN = "def chain(n, fn):\n    return fn() if n <= 0 else chain(n - 1, fn)\n"
+
+
+def _package_chain() -> Callable[[int, Callable[[], Any]], Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(_PACKAGE_CHAIN, _PACKAGE_FILE, "exec"), namespace)
+    return namespace["chain"]  # type: ignore[no-any-return]
+
+
+def test_sandboxed_code_above_the_packages_frames_found_clean_is_still_found(engine: ReplEngine) -> None:
+    # A run's compile walk stores the package's frames (engine.run ... compile_cell) so the
+    # activation's walk can stop at them; sandboxed code running above them must still be found.
+    chain = _package_chain()
+    namespace = _define(
+        engine, "package", "def via():\n    return host_compile()", host_compile=_host_compile
+    )
+    for _ in range(5):
+        assert isinstance(chain(10, _host_compile), CodeType)
+    with pytest.raises(PolicyViolation, match=_EXEC_REFUSED):
+        chain(10, lambda: chain(3, namespace["via"]))
+    assert isinstance(chain(10, _host_compile), CodeType)  # the host's own compile, still allowed
+
+
+def _closure_value(fn: Any, name: str, seen: set[int] | None = None) -> Any:
+    """A variable of the hook's closure (the test looks inside; nothing else can name it)."""
+    seen = set() if seen is None else seen
+    if id(fn) in seen:
+        return None
+    seen.add(id(fn))
+    for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+        value = cell.cell_contents
+        if var == name:
+            return value
+        if isinstance(value, FunctionType):
+            found = _closure_value(value, name, seen)
+            if found is not None:
+                return found
+    return None
+
+
+def test_the_packages_frames_are_dropped_when_the_run_activates() -> None:
+    """Held past the run they would keep the run's objects (a session's, the cell's) alive."""
+    hook = _audithook._build_hook()  # a hook of the test's own, called directly
+    clean = _closure_value(hook, "clean")
+    runtime = runtime_for(Policy.strict())
+    runtime.exit(runtime.enter())
+    spec = next(iter(runtime._specs.values()))  # type: ignore[attr-defined]
+    chain = _package_chain()
+
+    def activate() -> None:
+        tokens: list[Any] = []
+        hook(_audithook.ACTIVATE, (spec, tokens))
+        _audithook.deactivate(tokens)
+
+    def stored_package_frames() -> list[str]:
+        frames = clean.__dict__.get("frames") or []
+        return [f.f_code.co_name for f in frames if f is not None and f.f_code.co_filename == _PACKAGE_FILE]
+
+    def run() -> list[str]:
+        hook("compile", ("x = 1", "<cell>"))  # the run compiles its cell, then activates
+        compiled = stored_package_frames()
+        activate()
+        return compiled
+
+    activate()  # the first activation in the hook's life: it judges host events from now on
+    assert chain(5, run), "the compile's walk stores the package's frames"
+    assert stored_package_frames() == []  # dropped by the activation, while still on the stack
+    assert clean.__dict__.get("frames"), "the caller's own frames stay remembered"
