@@ -170,7 +170,13 @@ def _compile(source: str, runtime: PolicyRuntime) -> CompiledCell:
     filename = f"{CELL_PREFIX}{digest}>"
     lines = tuple(source.splitlines())
     if _FAST and not _needs_tree(source):
-        cell = _compile_source(source, filename, lines, runtime)
+        # compile() called here, not in a helper: with the audit hook installed, each frame between
+        # the caller and compile() is one more step of the walk the hook makes for the event.
+        try:
+            code = compile(source, filename, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError):
+            code = None  # the tree path reports it as it always has
+        cell = None if code is None else _from_source(code, source, filename, lines, runtime)
         if cell is not None:
             return cell
     try:
@@ -269,14 +275,10 @@ def _needs_tree(source: str) -> bool:
     return "except" in source or "with" in source or "\r" in source or _needs_walk(source)
 
 
-def _compile_source(
-    source: str, filename: str, lines: tuple[str, ...], runtime: PolicyRuntime
+def _from_source(
+    code: CodeType, source: str, filename: str, lines: tuple[str, ...], runtime: PolicyRuntime
 ) -> CompiledCell | None:
-    """The cell compiled from its source, or None when the tree path must decide."""
-    try:
-        code = compile(source, filename, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError):
-        return None  # the tree path reports it as it always has
+    """The cell from `code`, compiled from its source as it is, or None when the tree path must decide."""
     if not runtime.screen(code, source):
         return None
     names = _code_names(code)

@@ -1325,8 +1325,11 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 return
             handler = found
             if handler is on_getframe:
-                if args and type(args[0]) is FrameType and args[0].f_code is own_code:
-                    return  # the hook looking at its own frame
+                # The hook looking at its own frame. By its globals (f_globals is not audited, f_code
+                # is: one event fewer per judged event): only this module's functions run with this
+                # module's dict, and of those only the hook asks for frames.
+                if args and type(args[0]) is FrameType and args[0].f_globals is own_globals:
+                    return
             elif handler is on_activate or handler is on_adopt or handler is probe:
                 handler(args, getframe(0).f_back)
                 return
@@ -1363,7 +1366,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         except Exception as exc:  # a bug here must not open the sandbox: refuse instead
             raise rules.refuse(f"{event} (policy check failed: {type(exc).__name__})") from None
 
-    own_code = hook.__code__
+    own_globals = hook.__globals__
     return hook
 
 
