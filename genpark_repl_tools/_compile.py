@@ -264,7 +264,8 @@ _RETURNS = tuple(_OPS[n] for n in ("RETURN_VALUE", "RETURN_CONST") if n in _OPS)
 _RETURN_CONST = _OPS.get("RETURN_CONST", -1)
 # Hard keywords that start a statement, never an expression: a statement beginning with one is
 # not the cell's value (`from m import x` and `import a.b as c` end like an expression does).
-_STATEMENT_WORDS = frozenset(keyword.kwlist) - {"False", "None", "True", "await", "lambda", "not", "yield"}
+_VALUE_WORDS = frozenset({"False", "None", "True", "await", "lambda", "not", "yield"})
+_STATEMENT_WORDS = frozenset(keyword.kwlist) - _VALUE_WORDS
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NO_NAMES: frozenset[str] = frozenset()
 
@@ -305,14 +306,14 @@ def _store_value(code: CodeType, source: str) -> tuple[CodeType, bool] | None:
     offsets, line and exception tables stay valid). Not always: the compiler drops constant
     statements and (3.12) constant branches, so without those POP_TOPs only a recognised statement
     (an assignment, an import, a block) means "no value"; anything else is the tree's to read.
-    That the statement is the cell's last one is checked against the source at the positions of the
-    instructions.
+    Which statement is last is read from the source: from its last line when that line shows it,
+    else from the positions of the instructions before the returns.
     """
     raw = code.co_code
     ops = raw[::2]
-    positions = list(code.co_positions())  # type: ignore[attr-defined]  # 3.11+: _FAST
     consts = code.co_consts
     befores: list[int] = []  # code units of the instructions right before each return
+    returns: list[int] = []
     popped = True
     for op in _RETURNS:
         unit = ops.find(op)
@@ -324,25 +325,36 @@ def _store_value(code: CodeType, source: str) -> tuple[CodeType, bool] | None:
                 load, before = before, before - 1
             else:
                 load = unit
-            if consts[_argument(raw, load)] is not None:
+            if before >= 0 and ops[before] == _EXTENDED_ARG:
+                return None  # a constant index over 255: rare, the tree path reads it
+            if consts[raw[2 * load + 1]] is not None:
                 return None  # module code returns only None: something unexpected
-            while before >= 0 and (ops[before] == _EXTENDED_ARG or ops[before] == _CACHE):
-                before -= 1  # EXTENDED_ARG prefixes of the load, inline caches of what came before
+            while before >= 0 and ops[before] == _CACHE:
+                before -= 1  # the inline caches of the instruction before
             if before < 0:
                 return None
             if ops[before] != _POP_TOP:
                 popped = False
-            elif positions[before] != positions[unit]:
-                # A return placed after another statement's POP_TOP keeps its own position: the
-                # last statement left no code of its own (a constant the compiler dropped).
-                return None
             befores.append(before)
+            returns.append(unit)
             unit = ops.find(op, unit + 1)
     if not befores:
         return None  # the cell always raises: nothing tells the tree path's reading apart
     text = source.split("\n")
+    kind = _last_line(text)
+    if kind is _EXPRESSION:
+        return _with_value(code, raw, befores) if popped else None
+    if kind is not None:
+        return code, False
+    positions = list(code.co_positions())  # type: ignore[attr-defined]  # 3.11+: _FAST
     if not popped:
-        return (code, False) if _ends_with_statement(text, ops, positions, befores) else None
+        stores = [positions[b][0] for b in befores if ops[b] in _STORES]
+        return (code, False) if _ends_with_assignment(text, stores, len(befores)) else None
+    for before, unit in zip(befores, returns, strict=True):
+        if positions[before] != positions[unit]:
+            # A return placed after another statement's POP_TOP keeps its own position: the last
+            # statement left no code of its own (a constant the compiler dropped).
+            return None
     where = [positions[unit] for unit in befores]
     if any(None in p for p in where):
         return None
@@ -351,28 +363,22 @@ def _store_value(code: CodeType, source: str) -> tuple[CodeType, bool] | None:
     kind = _last_statement((head[0], tail[0], head[1], tail[1]), text)
     if kind is not _EXPRESSION:
         return None if kind is None else (code, False)
+    return _with_value(code, raw, befores)
+
+
+def _with_value(code: CodeType, raw: bytes, pops: list[int]) -> tuple[CodeType, bool] | None:
+    """`code` with the POP_TOPs at `pops` storing the value in VALUE_NAME instead."""
     names = code.co_names
     index = names.index(VALUE_NAME) if VALUE_NAME in names else len(names)
     if index > 255:
         return None  # would need an EXTENDED_ARG: not the same size
     patched = bytearray(raw)
-    for unit in befores:
+    for unit in pops:
         patched[2 * unit] = _STORE_NAME
         patched[2 * unit + 1] = index
     if index == len(names):
         names = (*names, VALUE_NAME)
     return code.replace(co_code=bytes(patched), co_names=names), True
-
-
-def _argument(raw: bytes, unit: int) -> int:
-    arg = raw[2 * unit + 1]
-    shift = 8
-    unit -= 1
-    while unit >= 0 and raw[2 * unit] == _EXTENDED_ARG:
-        arg |= raw[2 * unit + 1] << shift
-        shift += 8
-        unit -= 1
-    return arg
 
 
 _EXPRESSION = "expression"
@@ -381,43 +387,76 @@ _STATEMENT = "statement"
 # or subscripts).
 _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)")
 # Headers of the blocks a cell can end with (with, try and except take the tree path anyway).
+# What keeps a line from showing its statements by itself: strings, comments, colons (a compound
+# statement, or a lambda, slice or dict whose extent the text does not show), backslashes.
+_UNREADABLE = re.compile(r"['\"#:\\]")
 _BLOCKS = frozenset({"for", "while", "if", "elif", "else", "def", "class", "async"})
 _STORES = frozenset(_OPS[n] for n in ("STORE_NAME", "STORE_GLOBAL"))
 
 
-def _code_lines(text: list[str]) -> list[int]:
-    """Indexes of the lines holding code (not blank, not only a comment)."""
-    return [i for i, line in enumerate(text) if line.strip() and line.lstrip()[0] != "#"]
+def _last_code_line(text: list[str]) -> int:
+    """The index of the cell's last line holding code (not blank, not only a comment), or -1."""
+    last = len(text) - 1
+    while last >= 0 and (not text[last].strip() or text[last].lstrip()[0] == "#"):
+        last -= 1
+    return last
 
 
-def _ends_with_statement(
-    text: list[str], ops: bytes, positions: list[tuple[int | None, ...]], befores: list[int]
-) -> bool:
-    """Whether the cell certainly ends with a statement that is not an expression: a plain
-    assignment whose store is what each return follows, or a block (its header the last line at the
-    margin, every line after it indented)."""
-    lines = _code_lines(text)
-    if not lines:
-        return False  # only comments: the tree path makes no code at all
-    last = lines[-1]
-    if last and text[last - 1].endswith("\\"):
+def _last_line(text: list[str]) -> str | None:
+    """What the cell's last line shows its last statement to be, without positions: an expression
+    (_EXPRESSION), a statement that is not one (_STATEMENT: an assignment to names, an import, a
+    keyword's statement, a block), or None when the line alone does not show it.
+
+    It shows it when the line is a whole logical line at the margin: not continued from the line
+    before, with no string, comment, colon or backslash (so its brackets count exactly and balance,
+    and no compound statement is on it), its last `;`-separated statement starting with a name. A
+    block shows itself by its header: the last line at the margin, starting with the block's
+    keyword and ending with a colon, every line after it indented.
+    """
+    last = _last_code_line(text)
+    if last < 0 or (last and text[last - 1].endswith("\\")):
+        return None
+    line = text[last]
+    if line[0] in " \t\f":
+        header = last
+        while header >= 0 and (text[header][:1] in (" ", "\t", "\f", "") or text[header].lstrip()[:1] == "#"):
+            header -= 1
+        if header < 0 or (header and text[header - 1].endswith("\\")):
+            return None
+        words = text[header]
+        if "'" in words or '"' in words:
+            return None
+        words = words.partition("#")[0].rstrip()
+        word = _WORD.match(words)
+        return _STATEMENT if word is not None and word.group() in _BLOCKS and words.endswith(":") else None
+    if _UNREADABLE.search(line) is not None:
+        return None
+    if line.count("(") + line.count("[") + line.count("{") != (
+        line.count(")") + line.count("]") + line.count("}")
+    ):
+        return None  # the line continues a bracket opened earlier (or the cell does not compile)
+    statement = line.rstrip().removesuffix(";").rpartition(";")[2].lstrip()
+    word = _WORD.match(statement)
+    if word is None:
+        return None  # `(a, b)`, `-x`, `[...]`, a constant: the positions tell
+    if word.group() in _STATEMENT_WORDS:
+        return _STATEMENT  # `import x`, `del x`, `pass`, `assert x`, ...
+    if word.group() in _VALUE_WORDS or word.group() == "__debug__":
+        return None  # `None`, `not x`, ...: perhaps a constant the compiler dropped
+    return _STATEMENT if _ASSIGNMENT.match(statement) else _EXPRESSION
+
+
+def _ends_with_assignment(text: list[str], stores: list[int | None], returns: int) -> bool:
+    """Whether the cell certainly ends with a plain assignment: its last line is one, and each
+    return follows a store on that very line (not a call continued from an earlier line,
+    `f(a,\nx = 1)`)."""
+    last = _last_code_line(text)
+    if last < 0 or (last and text[last - 1].endswith("\\")):
         return False
     line = text[last]
-    if line[0] not in " \t\f":
-        if ";" in line or "#" in line or _ASSIGNMENT.match(line) is None:
-            return False
-        # Stored on this very line: the line is the assignment's own, not the continuation of a call
-        # on an earlier line (`f(a,\nx = 1)`).
-        return all(ops[b] in _STORES and positions[b][0] == last + 1 for b in befores)
-    header = next((i for i in reversed(lines) if text[i][0] not in " \t\f"), None)
-    if header is None or (header and text[header - 1].endswith("\\")):
+    if line[0] in " \t\f" or ";" in line or "#" in line or _ASSIGNMENT.match(line) is None:
         return False
-    words = text[header]
-    if "'" in words or '"' in words:
-        return False
-    words = words.partition("#")[0].rstrip()
-    word = _WORD.match(words)
-    return word is not None and word.group() in _BLOCKS and words.endswith(":")
+    return len(stores) == returns and all(n == last + 1 for n in stores)
 
 
 def _last_statement(span: tuple[int | None, ...], text: list[str]) -> str | None:

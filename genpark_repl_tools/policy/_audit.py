@@ -612,7 +612,9 @@ class _Est:
     length: int | None = None  # sequences: number of items or characters
 
 
-_EXACT_BITS = 64
+# Values are kept exactly up to the size the compiler folds constant expressions to (128 bits), so
+# what it folds into a small constant is estimated as that constant (`(0 * 2**70) * [0]` is `[]`).
+_EXACT_BITS = 128
 
 
 def _estimate(node: ast.expr, rules: StaticRules) -> _Est | None:
@@ -634,9 +636,15 @@ def _estimate(node: ast.expr, rules: StaticRules) -> _Est | None:
         inner = _estimate(node.operand, rules)
         if inner is None or inner.bits is None:
             return None
-        value = (
-            None if inner.value is None else (-inner.value if isinstance(node.op, ast.USub) else inner.value)
-        )
+        value = inner.value
+        if value is not None:
+            value = (
+                -value
+                if isinstance(node.op, ast.USub)
+                else ~value
+                if isinstance(node.op, ast.Invert)
+                else value
+            )
         return _Est(bits=inner.bits, value=value)
     if not isinstance(node, ast.BinOp):
         return None
@@ -657,14 +665,18 @@ def _estimate_binop(node: ast.BinOp, rules: StaticRules) -> _Est | None:
     if isinstance(op, ast.Pow) and left.bits is not None and right.bits is not None:
         if right.value is not None and right.value < 0:
             return None
-        if left.value in (0, 1, -1):
-            return _Est(bits=1, value=None)  # 0, 1 or -1 to any power
+        if left.value in (0, 1, -1):  # 0, 1 or -1 to any power
+            if right.value is not None:
+                return _Est(bits=1, value=left.value**right.value)  # what the compiler folds it to
+            return _Est(bits=1, value=None if left.value == -1 else left.value)
         # log2 of the exact base when known: 10**n has n*3.32 bits, not n*4
         base_bits = math.log2(abs(left.value)) if left.value is not None else float(left.bits)
-        if right.value is None:  # the exponent alone has more than 64 bits
-            raise _TooBig(f"an exponent of about {2 ** min(right.bits, 64):.3g} or more")
+        if right.value is None:  # the exponent alone has more than _EXACT_BITS bits
+            raise _TooBig(f"an exponent of about {2 ** min(right.bits, 1023):.3g} or more")
         return _int_result(math.ceil(base_bits * right.value), rules, left, right, op)
     if isinstance(op, ast.LShift) and left.bits is not None and right.value is not None and right.value >= 0:
+        if left.value == 0:
+            return _Est(bits=1, value=0)  # 0 << n is 0 (the compiler folds it, whatever n is)
         return _int_result(left.bits + right.value, rules, left, right, op)
     if isinstance(op, ast.Mult):
         if left.bits is not None and right.bits is not None:

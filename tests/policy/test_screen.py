@@ -159,6 +159,22 @@ SHAPES = [
     "y = x * -2",
     "y = 2 * x",
     "x *= 10 ** 9",
+    "x = (0 ** 10 ** 9) * (0,)",
+    "x = (0 * 2 ** 70) * (0,)",
+    "x = [0] * (0 * 2 ** 70)",
+    "x = 4294967296 * 4294967296 * 0 * (0,)",
+    "x = (1 ** 10 ** 9) * (0,)",
+    "x = ((-1) ** 10 ** 9) * (0,)",
+    "x = 2 ** 200 * 0 * (0,)",
+    "x = 'ab' * 2 ** 11",
+    "x = 'ab' * 2 ** 12",
+    "x = (0,) * 2 ** 8",
+    "x = (0,) * 2 ** 9",
+    "x = 1 << 127",
+    "x = 1 << 129",
+    "(0 << 10 ** 9)",
+    "x = '' * 10 ** 9",
+    "x = (1, 2) * 0 * 10 ** 9",
     "if False:\n    import os\nx",
     "if False:\n    open('f')",
     "if 0:\n    x.__class__",
@@ -337,6 +353,41 @@ def _generated_tails(count: int, seed: int) -> list[str]:
     return cells
 
 
+def _generated_constants(count: int, seed: int) -> list[str]:
+    """Arithmetic on constants only: what the compiler folds and the audit's size estimate judge."""
+    rng = random.Random(seed)
+    leaves = [
+        "0",
+        "1",
+        "-1",
+        "2",
+        "7",
+        "10",
+        "64",
+        "100",
+        "10 ** 9",
+        "2 ** 70",
+        "2 ** 200",
+        "''",
+        "'ab'",
+        "()",
+        "(0,)",
+        "[0]",
+        "[0, 1]",
+        "True",
+    ]  # noqa: E501
+
+    def expression(depth: int) -> str:
+        if depth <= 0 or rng.random() < 0.35:
+            return rng.choice(leaves)
+        if rng.random() < 0.15:
+            return f"{rng.choice(['-', '~', '+'])}({expression(depth - 1)})"
+        operator = rng.choice(["+", "*", "**", "<<", "-", "//", "%", "*", "*"])
+        return f"({expression(depth - 1)} {operator} {expression(depth - 1)})"
+
+    return [f"x = {expression(3)}" for _ in range(count)]
+
+
 def _suite_strings() -> list[str]:
     """Every string constant in the security and policy tests that parses as a module."""
     found: set[str] = set()
@@ -352,7 +403,15 @@ def _suite_strings() -> list[str]:
     return sorted(found)
 
 
-CORPUS = sorted({*SHAPES, *_suite_strings(), *_generated(1500, seed=18), *_generated_tails(4000, seed=19)})
+CORPUS = sorted(
+    {
+        *SHAPES,
+        *_suite_strings(),
+        *_generated(1500, seed=18),
+        *_generated_tails(4000, seed=19),
+        *_generated_constants(1500, seed=20),
+    }
+)
 POLICIES = {name: runtime_for(Policy.preset(name)) for name in ("trusted", "strict", "standard")}
 
 
