@@ -375,7 +375,7 @@ def _generated_constants(count: int, seed: int) -> list[str]:
         "[0]",
         "[0, 1]",
         "True",
-    ]  # noqa: E501
+    ]
 
     def expression(depth: int) -> str:
         if depth <= 0 or rng.random() < 0.35:
