@@ -112,3 +112,16 @@ def test_a_restore_by_hand_becomes_the_stored_state(store: SQLiteStore) -> None:
         assert engine.run("answer", session="s").value == "42"
     with ReplEngine(store=store, snapshot_key=KEY) as other:
         assert other.run("answer", session="s").value == "42"
+
+
+@pytest.mark.parametrize("policy", ["standard", "strict"])
+def test_restricted_sessions_save_their_functions(store: SQLiteStore, policy: str) -> None:
+    """The cells compile from their source (and a trailing value is stored by patching the code):
+    saving and restoring compile them again while the session's rules are active, as the host."""
+    with ReplEngine(policy=policy, store=store, snapshot_key=KEY) as first:
+        result = first.run("def double(v):\n    return 2 * v\nkept = [1, 2]\ndouble(21)", session="p")
+        assert (result.status, result.value) == ("ok", "42")
+    with ReplEngine(policy=policy, store=store, snapshot_key=KEY) as second:
+        back = second.run("double(len(kept)), kept", session="p")
+        assert (back.status, back.value) == ("ok", "(4, [1, 2])")
+        assert back.session_restored is not None and back.session_restored.not_saved == []
