@@ -282,11 +282,12 @@ class _Plan:
     """How `assemble` fills in what the values leave out, computed once per model class.
 
     `build(values)` is generated for the class (run per result, so every step counts): a fresh
-    `[]`/`{}` literal for list and dict defaults (calling `list` costs a lookup and a call), the
-    nested models assembled, the required names checked by `in`, the pydantic slots set directly.
+    `[]`/`{}` literal for list and dict defaults (calling `list` costs a lookup and a call), nested
+    models made empty by their own generated `empty()` (no values to check or merge), the required
+    names checked by `in`, the pydantic slots set directly.
     """
 
-    __slots__ = ("build", "name", "required")
+    __slots__ = ("build", "empty", "name", "required")
 
     def __init__(self, cls: type[BaseModel]) -> None:
         if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
@@ -304,7 +305,7 @@ class _Plan:
             "_set_private": _set_private,
             "_missing": self._missing,
         }
-        fills: list[str] = []
+        fills: list[tuple[str, str]] = []  # (field, the expression that makes its default)
         for i, (name, field) in enumerate(cls.model_fields.items()):
             factory = field.default_factory
             template[name] = None if factory is not None else field.default
@@ -313,25 +314,21 @@ class _Plan:
             if factory is list or factory is dict:
                 made = "[]" if factory is list else "{}"
             elif isinstance(factory, type) and issubclass(factory, BaseModel):
-                nested = _plans.get(factory)
-                if nested is None:
-                    nested = _plans[factory] = _Plan(factory)
-                scope[f"_build{i}"] = nested.build
-                made = f"_build{i}({{}})"  # assembled too: calling the class would validate
+                # Assembled too: calling the class would validate.
+                nested = _plan(factory)
+                if nested.empty is not None:
+                    scope[f"_empty{i}"] = nested.empty
+                    made = f"_empty{i}()"
+                else:  # a model with required fields: its build says which are missing
+                    scope[f"_build{i}"] = nested.build
+                    made = f"_build{i}({{}})"
             else:
                 scope[f"_factory{i}"] = factory
                 made = f"_factory{i}()"  # a new one per instance
-            fills.append(f"    if {name!r} not in values:\n        data[{name!r}] = {made}\n")
+            fills.append((name, made))
         self.required = frozenset(name for name, field in cls.model_fields.items() if field.is_required())
         check = " and ".join(f"{name!r} in values" for name in sorted(self.required)) or "True"
-        source = (
-            "def build(values):\n"
-            f"    if not ({check}):\n"
-            "        _missing(values)\n"
-            "    data = _template.copy()\n"
-            f"{''.join(fills)}"
-            "    fields_set = set(values)\n"
-            "    data.update(values)\n"
+        finish = (
             "    obj = _new(_cls)\n"
             "    _set_dict(obj, '__dict__', data)\n"
             "    _set_fields_set(obj, fields_set)\n"
@@ -339,14 +336,39 @@ class _Plan:
             "    _set_private(obj, None)\n"
             "    return obj\n"
         )
+        missing = "".join(f"    if {n!r} not in values:\n        data[{n!r}] = {made}\n" for n, made in fills)
+        source = (
+            "def build(values):\n"
+            f"    if not ({check}):\n"
+            "        _missing(values)\n"
+            "    data = _template.copy()\n"
+            f"{missing}"
+            "    fields_set = set(values)\n"
+            "    data.update(values)\n"
+            f"{finish}"
+        )
+        if not self.required:  # a model that can be empty: nested defaults are made this way
+            defaults = "".join(f"    data[{name!r}] = {made}\n" for name, made in fills)
+            source += f"def empty():\n    data = _template.copy()\n{defaults}    fields_set = set()\n{finish}"
         exec(compile(source, f"<assemble {cls.__name__}>", "exec"), scope)
         self.build: Any = scope["build"]
+        self.empty: Any = scope.get("empty")
 
     def _missing(self, values: dict[str, Any]) -> None:
         raise TypeError(f"{self.name} needs {sorted(self.required - values.keys())}")
 
 
 _plans: dict[type[BaseModel], _Plan] = {}
+# cls -> its plan's `build`: what `assemble` calls (one lookup, no attribute of the plan).
+_builders: dict[type[BaseModel], Any] = {}
+
+
+def _plan(cls: type[BaseModel]) -> _Plan:
+    plan = _plans.get(cls)
+    if plan is None:
+        plan = _plans[cls] = _Plan(cls)
+        _builders[cls] = plan.build
+    return plan
 
 
 def assemble(cls: type[M], values: dict[str, Any]) -> M:
@@ -360,10 +382,10 @@ def assemble(cls: type[M], values: dict[str, Any]) -> M:
     tests/core/test_assemble.py checks that re-validating what the runner builds changes nothing.
     `values` becomes the instance's `__dict__`'s source and must not be used afterwards.
     """
-    plan = _plans.get(cls)
-    if plan is None:
-        plan = _plans[cls] = _Plan(cls)
-    result: M = plan.build(values)
+    build = _builders.get(cls)
+    if build is None:
+        build = _plan(cls).build
+    result: M = build(values)
     return result
 
 
@@ -380,5 +402,5 @@ def set_field(obj: BaseModel, name: str, value: Any) -> None:
 # Planned now, at import: a plan compiles its builder, and the first result may be assembled inside
 # a sandbox (the subprocess worker's guarded region), where the audit hook refuses compiling.
 for _cls in (ExecutionResult, VariableChanges, VariableInfo, Usage):
-    _plans[_cls] = _Plan(_cls)
+    _plan(_cls)
 del _cls
