@@ -330,7 +330,12 @@ class _Router(io.TextIOBase):
 
 
 _lock = threading.Lock()
-_active = 0
+_active = 0  # contexts routed now: executions and guarded calls
+# Executions (`enter_execution`) running now and ever started, for whoever needs to know whether
+# one ran alone (figure ownership, _rich): counted under the same lock as the routing, so an
+# execution pays one lock to start and one to end.
+_executions = 0
+_started = 0
 # Created once and reused: building a TextIOBase per execution would cost more than the execution.
 _routers = (_Router("stdout", None), _Router("stderr", None))
 
@@ -355,18 +360,32 @@ class capturing:
         unroute(self._token)
 
 
-def route(cap: OutputCapture) -> Token[OutputCapture | None]:
-    """`capturing(cap).__enter__()` without the object (the runner's hot path); pair it with `unroute`."""
-    global _active
+def _install() -> None:
+    # Under _lock. Also when already active: executed code (trusted policy) may have replaced the
+    # streams.
     out, err = _routers
+    if _active == 0:
+        out.fallback = sys.stdout
+        err.fallback = sys.stderr
+    if sys.stdout is not out:
+        sys.stdout = out
+    if sys.stderr is not err:
+        sys.stderr = err
+
+
+def _uninstall() -> None:
+    # Under _lock, when the last routed context ends.
+    out, err = _routers
+    sys.stdout = out.fallback
+    sys.stderr = err.fallback
+    out.fallback = err.fallback = None
+
+
+def route(cap: OutputCapture) -> Token[OutputCapture | None]:
+    """`capturing(cap).__enter__()` without the object; pair it with `unroute`."""
+    global _active
     with _lock:
-        if _active == 0:
-            out.fallback, err.fallback = sys.stdout, sys.stderr
-        # Also when already active: executed code (trusted policy) may have replaced the streams.
-        if sys.stdout is not out:
-            sys.stdout = out
-        if sys.stderr is not err:
-            sys.stderr = err
+        _install()
         _active += 1
     return _current.set(cap)
 
@@ -378,9 +397,44 @@ def unroute(token: Token[OutputCapture | None]) -> None:
     with _lock:
         _active -= 1
         if _active == 0:
-            out, err = _routers
-            sys.stdout, sys.stderr = out.fallback, err.fallback
-            out.fallback = err.fallback = None
+            _uninstall()
+
+
+def enter_execution(cap: OutputCapture) -> tuple[Token[OutputCapture | None], int, bool]:
+    """`route(cap)` for one execution, counted: (the token for `exit_execution`, the execution's
+    serial number, whether no other execution was running)."""
+    global _active, _executions, _started
+    with _lock:
+        _install()
+        _active += 1
+        _executions += 1
+        _started += 1
+        serial = _started
+        alone = _executions == 1
+    return _current.set(cap), serial, alone
+
+
+def exit_execution(token: Token[OutputCapture | None]) -> None:
+    """End what `enter_execution` began."""
+    global _active, _executions
+    _current.reset(token)
+    with _lock:
+        _executions -= 1
+        _active -= 1
+        if _active == 0:
+            _uninstall()
+
+
+def alone_since(serial: int) -> bool:
+    """Whether the execution numbered `serial` is the only one running and none started after it
+    (call it from that execution, which ran alone when it started)."""
+    with _lock:
+        return _executions == 1 and _started == serial
+
+
+def current() -> OutputCapture | None:
+    """The capture of the execution (or guarded call) running in this context, if any."""
+    return _current.get()
 
 
 @contextmanager

@@ -36,9 +36,10 @@ import math
 import sys
 import threading
 import weakref
-from contextvars import ContextVar, Token
+from contextvars import Token
 from typing import Any
 
+from ._capture import OutputCapture, alone_since, current, enter_execution, exit_execution
 from ._limits import Limits
 from ._models import Attachment
 from ._watchdog import ExecutionTimeout
@@ -69,21 +70,20 @@ _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _MAX_LABEL = 120
 _MAX_MESSAGE = 200
 
-_current: ContextVar[FigureRun | None] = ContextVar("genpark_repl_figure_run", default=None)
+# A mapping no run writes to: what a run holds until it has figures of its own to note.
+_NO_FIGURES: dict[int, Any] = {}
 # matplotlib is not thread-safe; drawing one figure at a time keeps its shared caches consistent.
 # Re-entrant: an artist's draw() may itself call plt.show() on the same thread.
 _render_lock = threading.RLock()
 
 
 class _Process:
-    """Process-wide bookkeeping (pyplot's state is process-wide too)."""
+    """Process-wide bookkeeping (pyplot's state is process-wide too). Which executions run at once
+    is counted by `_capture.enter_execution`."""
 
-    __slots__ = ("active", "environment_checked", "lock", "started")
+    __slots__ = ("environment_checked",)
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.active = 0  # executions between enter() and exit()
-        self.started = 0  # executions ever entered: tells whether another one began meanwhile
         self.environment_checked = False
 
 
@@ -106,9 +106,14 @@ class FigureOwner:
 class FigureRun:
     """The figures of one execution: headless backend before it, attachments after, nothing left open.
 
-    Security model: `enter` and `exit` are host code around the execution (they only touch pyplot's
-    registry and backend); `collect` and `show` render figures, which runs user code, and must be
-    called inside the execution's guarded region.
+    It is also the execution's context object: `enter` routes this context's stdout/stderr to the
+    sinks of `capture` (the run stands in for it, see `_capture.enter_execution`) and counts the
+    execution, in one step; `exit` ends both. So an execution sets one context variable and takes
+    one lock to start and one to end, whatever it does with figures.
+
+    Security model: `enter`, `close` and `exit` are host code around the execution (they only touch
+    pyplot's registry and backend); `collect` and `show` render figures, which runs user code, and
+    must be called inside the execution's guarded region.
     """
 
     __slots__ = (
@@ -123,31 +128,32 @@ class FigureRun:
         "limits",
         "notes",
         "owner",
+        "stderr",
+        "stdout",
     )
 
-    def __init__(self, owner: FigureOwner, limits: Limits) -> None:
+    def __init__(self, owner: FigureOwner, limits: Limits, capture: OutputCapture) -> None:
         self.owner = owner
         self.limits = limits
+        self.stdout = capture.stdout
+        self.stderr = capture.stderr
         self.attachments: list[Attachment] = []
         self.notes: list[str] = []
-        self._done: dict[int, Any] = {}  # figures this run attached or gave up on (held: ids stay unique)
+        # Figures this run attached or gave up on (held: ids stay unique); its own once it has one.
+        self._done = _NO_FIGURES
         self._dropped = 0
-        self._before: dict[int, Any] = {}
+        self._before = _NO_FIGURES
         # Kept here, not only found in pyplot's registry: two threads creating figures at once can
-        # get the same number, and the registry then forgets one of them.
-        self._created: list[Any] = []
+        # get the same number, and the registry then forgets one of them. Made by the first.
+        self._created: list[Any] | None = None
         self._alone = False
         self._serial = 0
-        self._token: Token[FigureRun | None] | None = None
+        self._token: Token[OutputCapture | None] | None = None
 
     def enter(self) -> None:
-        """Before the code runs: make pyplot headless and note which figures are someone else's."""
-        with _process.lock:
-            _process.active += 1
-            _process.started += 1
-            self._serial = _process.started
-            self._alone = _process.active == 1
-        self._token = _current.set(self)
+        """Before the code runs: route its output, make pyplot headless, note which figures are
+        someone else's. Pair it with `exit` (in a `finally`)."""
+        self._token, self._serial, self._alone = enter_execution(self)
         if _process.environment_checked and "matplotlib" not in sys.modules:
             return  # the common case: nothing to prepare, nothing open
         try:
@@ -186,25 +192,24 @@ class FigureRun:
             )
             self._dropped = 0
 
-    def exit(self) -> None:
+    def close(self) -> None:
         """After the deadline was released: close what the code left open (also on timeout)."""
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is None:
+            return  # no figure can be open
         try:
-            pyplot = sys.modules.get("matplotlib.pyplot")
-            if pyplot is not None:
-                for fig in self._owned_open():
-                    _close(pyplot, fig)
+            for fig in self._owned_open():
+                _close(pyplot, fig)
         except Exception as exc:
             self.notes.append(f"Figures could not be closed: {_message(exc)}")
-        finally:
-            if self._token is not None:
-                _current.reset(self._token)
-                self._token = None
-            if self._before:
-                self._before = {}
-            if self._created:
-                self._created = []
-            with _process.lock:
-                _process.active -= 1
+        self._before = _NO_FIGURES
+        self._created = None
+
+    def exit(self) -> None:
+        """End what `enter` began: the output routing and the count of running executions."""
+        if self._token is not None:
+            exit_execution(self._token)
+            self._token = None
 
     # ---- internals ------------------------------------------------------------------------------
 
@@ -222,7 +227,7 @@ class FigureRun:
         """This session's open figures, oldest first: those its code created, and unclaimed new ones."""
         managers = _managers()
         registered = {id(m) for m in managers}
-        owned = [fig for fig in self._created if _is_open(fig, registered)]
+        owned = [fig for fig in self._created or () if _is_open(fig, registered)]
         if managers:
             claim = self._may_claim()
             for manager in managers:
@@ -236,14 +241,15 @@ class FigureRun:
         return owned
 
     def _may_claim(self) -> bool:
-        with _process.lock:
-            return self._alone and _process.active == 1 and _process.started == self._serial
+        return self._alone and alone_since(self._serial)
 
     def _is_done(self, fig: Any) -> bool:
         return id(fig) in self._done
 
     def _attach(self, fig: Any, seen: bytes | None = None) -> None:
         """Render and attach `fig`; with `seen` (an earlier attachment's digest) only if it changed."""
+        if self._done is _NO_FIGURES:
+            self._done = {}
         if len(self.attachments) >= self.limits.max_figures:
             if self.limits.max_figures and seen is None:
                 self._done[id(fig)] = fig
@@ -286,19 +292,27 @@ class FigureRun:
         )
 
 
+def _current_run() -> FigureRun | None:
+    run = current()
+    return run if type(run) is FigureRun else None  # a plain capture: a guarded call, not a run
+
+
 def show_figures() -> None:
     """Called by the backend's `show()`: hand the current execution its figures (no-op outside one)."""
-    run = _current.get()
+    run = _current_run()
     if run is not None:
         run.show()
 
 
 def tag_new_figure(fig: Any) -> None:
     """A `figure.hooks` entry and the backend's manager call this for every new pyplot figure."""
-    run = _current.get()
+    run = _current_run()
     if run is not None and getattr(fig, _TAG, None) is None:
         setattr(fig, _TAG, run.owner)
-        run._created.append(fig)
+        if run._created is None:
+            run._created = [fig]
+        else:
+            run._created.append(fig)
 
 
 def png_size(data: bytes) -> tuple[int | None, int | None]:
@@ -338,7 +352,7 @@ def _on_import(event: str, args: tuple[Any, ...]) -> None:
     matplotlib itself finished initializing (it reads the host's MPLBACKEND last), and before that
     first figure. Outside an execution this does nothing: the host's own imports are its business.
     """
-    if event != "import" or _current.get() is None or not str(args[0]).startswith("matplotlib."):
+    if event != "import" or _current_run() is None or not str(args[0]).startswith("matplotlib."):
         return
     mpl = sys.modules.get("matplotlib")
     spec = getattr(mpl, "__spec__", None)

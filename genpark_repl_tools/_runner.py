@@ -16,13 +16,13 @@ from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any
 
-from ._capture import Capture, OutputCapture, route, unroute
+from ._capture import Capture, OutputCapture
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
 from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
 from ._models import Attachment, ErrorInfo, ExecutionResult, Usage, VariableChanges, VariableInfo, assemble
 from ._rich import FigureRun
-from ._session import Session, call_armed
+from ._session import Session
 from ._text import clean
 from ._watchdog import ExecutionCancelled, ExecutionTimeout, watchdog
 from .policy._runtime import PolicyRuntime
@@ -35,16 +35,9 @@ _MAX_TB_FRAMES = 30
 _LATE_STOP_NOTE_S = 0.5
 OUT_OF_MEMORY = "out of memory"
 
-
-class _Outcome:
-    __slots__ = ("changes", "error", "value", "value_truncated", "value_type")
-
-    def __init__(self) -> None:
-        self.error: ErrorInfo | None = None
-        self.value: str | None = None
-        self.value_type: str | None = None
-        self.value_truncated = False
-        self.changes: VariableChanges | None = None
+_perf_counter = time.perf_counter
+_thread_time_ns = time.thread_time_ns  # usage (issue 19): CPU of the thread that runs the cell
+_monotonic = time.monotonic
 
 
 def run_cell(
@@ -60,47 +53,20 @@ def run_cell(
     `capture_factory(limit)` makes the execution's output capture; a subprocess worker passes one
     that writes through to its file descriptors.
     """
-    started = time.perf_counter()
-    cpu_started = time.thread_time_ns()  # usage (issue 19): CPU of the thread that runs the cell
-    session.execution_count += 1
-    session.last_used = time.monotonic()
-    # The result's fields, made here with the types the model declares (every string from user
-    # code cleaned where it is made) and assembled without validating them again (_models.assemble).
-    fields: dict[str, Any] = {
-        "status": "ok",
-        "session": session.name,
-        "execution_count": session.execution_count,
-        "policy": runtime.name,
-        "boundary": boundary,
-        "session_restarted": session.restarted,
-    }
+    started = _perf_counter()
+    cpu_started = _thread_time_ns()
+    count = session.execution_count = session.execution_count + 1
+    session.last_used = _monotonic()
+    restarted = session.restarted
     session.restarted = False
+    if cell.syntax_error is not None or cell.findings:
+        return _refused(session, cell, runtime, boundary, restarted, started, cpu_started)
 
-    if cell.syntax_error is not None:
-        fields.update(
-            status="error", error=cell.syntax_error, duration_ms=_ms(started), usage=_cpu(cpu_started)
-        )
-        return assemble(ExecutionResult, fields)
-    if cell.findings:
-        first = cell.findings[0]
-        error = ErrorInfo(
-            type="PolicyViolation",
-            message=first.message,
-            line=first.line,
-            column=first.column,
-            source_line=first.source_line,
-            hint="Rewrite the code using only what the message above says is allowed.",
-        )
-        fields.update(
-            status="blocked",
-            error=error,
-            findings=list(cell.findings),
-            duration_ms=_ms(started),
-            usage=_cpu(cpu_started),
-        )
-        return assemble(ExecutionResult, fields)
-
-    _remember_source(session, cell)
+    sources = session.sources  # source lines for tracebacks, the most recent last
+    sources.pop(cell.filename, None)
+    sources[cell.filename] = (count, cell.lines)
+    while len(sources) > _SOURCES_KEPT:
+        del sources[next(iter(sources))]
     ns = session.namespace
     if cell.global_names:
         session.global_names = session.global_names | cell.global_names
@@ -120,67 +86,83 @@ def run_cell(
     host_builtins = dict(builtins.__dict__) if session.touches_host else None
 
     capture = capture_factory(limits.max_output_chars)
-    outcome = _Outcome()
-    figures = FigureRun(session.figures, limits)
+    # The execution's context: its figures, and (standing in for `capture`) its output routing.
+    figures = FigureRun(session.figures, limits, capture)
     figures.enter()  # host code, before the guards: may make pyplot headless before the cell imports it
-    routed = route(capture)  # `with capturing(capture)`, without its object
     try:
-        watchdog.start()  # outside the sandbox: starting a thread is refused inside it
+        if not watchdog.started:
+            watchdog.start()  # outside the sandbox: starting a thread is refused inside it
         token = runtime.enter(session.builtins)
-        # ExecutionTimeout is the only exception expected back: _guarded turns the cell's own into data.
-        _, stopped = call_armed(
-            limits.timeout_s,
-            session,
-            _guarded,
-            cell,
-            ns,
-            session,
-            limits,
-            before,
-            full_diff,
-            outcome,
-            host_builtins,
-            figures,
-        )
-        figures.exit()  # closes what the cell left open, also after a timeout
+        # `call_armed(limits.timeout_s, session, _guarded, ...)` inline (see its contract): the slot is
+        # marked done in this frame right after the guarded code returns. ExecutionTimeout is the
+        # only exception expected back: _guarded turns the cell's own into data.
+        slot = watchdog.arm(limits.timeout_s)
+        session.running = slot
+        if session.cancel_pending:
+            watchdog.cancel(slot)
+        outcome: _Outcome | None = None
+        stopped: BaseException | None = None
+        try:
+            outcome = _guarded(cell, ns, session, limits, before, full_diff, host_builtins, figures)
+            slot.done = True
+        except BaseException as exc:
+            slot.done = True
+            stopped = exc
+        try:
+            watchdog.release(slot)
+        except ExecutionTimeout:
+            watchdog.release(slot)
+        session.running = None
+        figures.close()  # what the cell left open, also after a timeout
         runtime.exit(token)
     finally:
-        unroute(routed)
+        figures.exit()
     if host_builtins is not None:
         _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
     if host_cwd is not None and os.getcwd() != host_cwd:
         os.chdir(host_cwd)  # trusted code may chdir; the host's cwd is not the session's to change
 
-    duration = _ms(started)
+    # Rounded to the microsecond, as round(ms, 3) would, without its decimal conversion.
+    duration = round((_perf_counter() - started) * 1e6) / 1000
     out, err = capture.stdout, capture.stderr
-    fields["stdout"] = out.getvalue()
-    fields["stderr"] = err.getvalue()
+    # The result's fields, made here with the types the model declares (every string from user
+    # code cleaned where it is made) and assembled without validating them again (_models.assemble).
+    fields: dict[str, Any] = {
+        "status": "ok",
+        "session": session.name,
+        "execution_count": count,
+        "policy": runtime.name,
+        "boundary": boundary,
+        "session_restarted": restarted,
+        "stdout": out.getvalue(),
+        "stderr": err.getvalue(),
+        "duration_ms": duration,
+    }
     if out.truncated:
         fields["stdout_truncated"] = True
     if err.truncated:
         fields["stderr_truncated"] = True
-    fields["duration_ms"] = duration
     notes: list[str] = []
     if figures.attachments or figures.notes:
         fields["attachments"] = [_clean_attachment(a) for a in figures.attachments]
         notes = [clean(note) for note in figures.notes]  # figure titles and messages are the code's
     fields["notes"] = notes
     fields["usage"] = _cpu(cpu_started)
-    if isinstance(stopped, ExecutionTimeout):  # ExecutionCancelled is one
-        cancelled = isinstance(stopped, ExecutionCancelled)
-        fields.update(
-            status="cancelled" if cancelled else "timeout",
-            error=_timeout_error(stopped, session, cell, limits, duration),
-        )
-        late = duration / 1000 - limits.timeout_s
-        if not cancelled and late > _LATE_STOP_NOTE_S:
-            notes.append(
-                f"The code was inside a C-level call when the time ran out and could only be stopped "
-                f"{late:.1f} s later. The in-process boundary cannot interrupt C code; "
-                f"boundary='subprocess' kills it on time."
+    if outcome is None:
+        if isinstance(stopped, ExecutionTimeout):  # ExecutionCancelled is one
+            cancelled = isinstance(stopped, ExecutionCancelled)
+            fields.update(
+                status="cancelled" if cancelled else "timeout",
+                error=_timeout_error(stopped, session, cell, limits, duration),
             )
-        return assemble(ExecutionResult, fields)
-    if stopped is not None:
+            late = duration / 1000 - limits.timeout_s
+            if not cancelled and late > _LATE_STOP_NOTE_S:
+                notes.append(
+                    f"The code was inside a C-level call when the time ran out and could only be stopped "
+                    f"{late:.1f} s later. The in-process boundary cannot interrupt C code; "
+                    f"boundary='subprocess' kills it on time."
+                )
+            return assemble(ExecutionResult, fields)
         # A failure of the engine itself while describing the run; report it, keep the host alive.
         fields.update(
             status="error",
@@ -191,13 +173,11 @@ def run_cell(
             ),
         )
         return assemble(ExecutionResult, fields)
-    if outcome.value is not None:
-        fields["value"] = outcome.value
-        fields["value_type"] = outcome.value_type
-        fields["value_truncated"] = outcome.value_truncated
-    if outcome.changes is not None:
-        fields["changes"] = outcome.changes
-    failure = outcome.error
+    shown, changes, failure = outcome
+    if shown is not None:
+        fields["value"], fields["value_truncated"], fields["value_type"] = shown
+    if changes is not None:
+        fields["changes"] = changes
     if failure is not None:
         fields["error"] = failure
         if failure.type == "SystemExit" and failure.message in ("0", "None", ""):
@@ -207,6 +187,48 @@ def run_cell(
     return assemble(ExecutionResult, fields)
 
 
+def _refused(
+    session: Session,
+    cell: CompiledCell,
+    runtime: PolicyRuntime,
+    boundary: str,
+    restarted: bool,
+    started: float,
+    cpu_started: int,
+) -> ExecutionResult:
+    """The result of a cell that does not run: a syntax error, or refused by the policy's audit."""
+    fields: dict[str, Any] = {
+        "status": "error",
+        "session": session.name,
+        "execution_count": session.execution_count,
+        "policy": runtime.name,
+        "boundary": boundary,
+        "session_restarted": restarted,
+    }
+    if cell.syntax_error is not None:
+        fields["error"] = cell.syntax_error
+    else:
+        first = cell.findings[0]
+        fields["status"] = "blocked"
+        fields["error"] = ErrorInfo(
+            type="PolicyViolation",
+            message=first.message,
+            line=first.line,
+            column=first.column,
+            source_line=first.source_line,
+            hint="Rewrite the code using only what the message above says is allowed.",
+        )
+        fields["findings"] = list(cell.findings)
+    fields["duration_ms"] = round((_perf_counter() - started) * 1e6) / 1000
+    fields["usage"] = _cpu(cpu_started)
+    return assemble(ExecutionResult, fields)
+
+
+# What the guarded region found: (the trailing value's repr, whether it was cut, its type name),
+# the variable changes, the cell's error.
+_Outcome = tuple["tuple[str, bool, str] | None", "VariableChanges | None", "ErrorInfo | None"]
+
+
 def _guarded(
     cell: CompiledCell,
     ns: dict[str, Any],
@@ -214,30 +236,33 @@ def _guarded(
     limits: Limits,
     before: dict[str, Any],
     full_diff: bool,
-    outcome: _Outcome,
     host_builtins: dict[str, Any] | None,
     figures: FigureRun,
-) -> None:
+) -> _Outcome:
     """Everything that may run user code: the cell, its value's repr, reprs of changed variables,
     the drawing of its figures."""
+    value = None
+    shown = None
+    error = None
     try:
-        value = None
         try:
             if cell.body is not None:
                 exec(cell.body, ns)
         finally:
             if cell.has_value:  # also after an error or a timeout: the name must not stay behind
                 value = ns.pop(VALUE_NAME, None)
-            _restore_builtins(host_builtins)
+            if host_builtins is not None:
+                _restore_builtins(host_builtins)
         if value is not None:
-            outcome.value, outcome.value_truncated = value_repr(value, limits.max_repr_chars)
-            outcome.value_type = type_name(value)
+            text, truncated = value_repr(value, limits.max_repr_chars)
+            shown = (text, truncated, type_name(value))
     except ExecutionTimeout:
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... are the cell's, not the host's
-        outcome.error = _error_info(exc, session, cell, limits.max_output_chars)
-    outcome.changes = _changes(ns, before, full_diff, limits.max_repr_chars)
+        error = _error_info(exc, session, cell, limits.max_output_chars)
+    changes = _changes(ns, before, full_diff, limits.max_repr_chars)
     figures.collect(value)
+    return shown, changes, error
 
 
 def _clean_attachment(attachment: Attachment) -> Attachment:
@@ -247,9 +272,9 @@ def _clean_attachment(attachment: Attachment) -> Attachment:
     return attachment.model_copy(update={"description": description})
 
 
-def _restore_builtins(saved: dict[str, Any] | None) -> None:
+def _restore_builtins(saved: dict[str, Any]) -> None:
     # Trusted code may change the host's builtins module, which every session and the host share.
-    if saved is not None and builtins.__dict__ != saved:
+    if builtins.__dict__ != saved:
         builtins.__dict__.clear()
         builtins.__dict__.update(saved)
 
@@ -304,20 +329,8 @@ def _defines_functions(code: CodeType) -> bool:
     return any(isinstance(c, CodeType) for c in code.co_consts)
 
 
-def _remember_source(session: Session, cell: CompiledCell) -> None:
-    sources = session.sources
-    sources.pop(cell.filename, None)  # re-inserted last: the most recent
-    sources[cell.filename] = (session.execution_count, cell.lines)
-    while len(sources) > _SOURCES_KEPT:
-        del sources[next(iter(sources))]
-
-
-def _ms(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)
-
-
 def _cpu(started_ns: int) -> Usage:
-    return assemble(Usage, {"cpu_ms": (time.thread_time_ns() - started_ns) // 1000 / 1000})
+    return assemble(Usage, {"cpu_ms": (_thread_time_ns() - started_ns) // 1000 / 1000})
 
 
 # ---- errors ---------------------------------------------------------------------------------------
