@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -12,6 +13,7 @@ from ._text import finding_text
 Status = Literal["ok", "error", "blocked", "timeout", "cancelled", "crashed"]
 
 __all__ = [
+    "UNSET",
     "Attachment",
     "AuditFinding",
     "AuditReport",
@@ -28,6 +30,7 @@ __all__ = [
     "VariableChanges",
     "VariableInfo",
     "assemble",
+    "builder",
     "set_field",
 ]
 
@@ -278,24 +281,40 @@ _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+"""An optional argument of a `builder` function that was not given (the field keeps its default)."""
+
+# Defaults written into generated builders as literals (exactly what their repr reads back as).
+_LITERALS = (type(None), bool, int, float, str)
+
+
 class _Plan:
     """How `assemble` fills in what the values leave out, computed once per model class.
 
     `build(values)` is generated for the class (run per result, so every step counts): a fresh
     `[]`/`{}` literal for list and dict defaults (calling `list` costs a lookup and a call), nested
     models made empty by their own generated `empty()` (no values to check or merge), the required
-    names checked by `in`, the pydantic slots set directly.
+    names checked by `in`, the pydantic slots set directly. `fixed()` generates a builder that
+    takes its fields as arguments (see `builder`).
     """
 
-    __slots__ = ("build", "empty", "name", "required")
+    __slots__ = ("build", "cls", "defaults", "empty", "name", "required", "scope")
 
     def __init__(self, cls: type[BaseModel]) -> None:
         if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
             raise TypeError(f"{cls.__name__} has private or extra attributes: validate it instead")
-        # Every field in declaration order with its default (immutable: None, "", 0, False).
+        self.cls = cls
         self.name = cls.__name__
+        # Every field in declaration order with its default (immutable: None, "", 0, False).
         template: dict[str, Any] = {}
-        scope: dict[str, Any] = {
+        self.scope: dict[str, Any] = {
             "_template": template,
             "_cls": cls,
             "_new": _new,
@@ -304,13 +323,23 @@ class _Plan:
             "_set_extra": _set_extra,
             "_set_private": _set_private,
             "_missing": self._missing,
+            "_unset": UNSET,
         }
-        fills: list[tuple[str, str]] = []  # (field, the expression that makes its default)
+        scope = self.scope
+        # field -> the expression that makes its default in generated code, in declaration order
+        self.defaults: dict[str, str] = {}
+        fills: list[tuple[str, str]] = []  # the fields whose default is made per instance
         for i, (name, field) in enumerate(cls.model_fields.items()):
             factory = field.default_factory
-            template[name] = None if factory is not None else field.default
             if factory is None:
+                template[name] = field.default
+                if type(field.default) in _LITERALS:
+                    self.defaults[name] = repr(field.default)
+                else:
+                    scope[f"_default{i}"] = field.default
+                    self.defaults[name] = f"_default{i}"
                 continue
+            template[name] = None
             if factory is list or factory is dict:
                 made = "[]" if factory is list else "{}"
             elif isinstance(factory, type) and issubclass(factory, BaseModel):
@@ -326,16 +355,9 @@ class _Plan:
                 scope[f"_factory{i}"] = factory
                 made = f"_factory{i}()"  # a new one per instance
             fills.append((name, made))
+            self.defaults[name] = made
         self.required = frozenset(name for name, field in cls.model_fields.items() if field.is_required())
         check = " and ".join(f"{name!r} in values" for name in sorted(self.required)) or "True"
-        finish = (
-            "    obj = _new(_cls)\n"
-            "    _set_dict(obj, '__dict__', data)\n"
-            "    _set_fields_set(obj, fields_set)\n"
-            "    _set_extra(obj, None)\n"
-            "    _set_private(obj, None)\n"
-            "    return obj\n"
-        )
         missing = "".join(f"    if {n!r} not in values:\n        data[{n!r}] = {made}\n" for n, made in fills)
         source = (
             "def build(values):\n"
@@ -345,18 +367,61 @@ class _Plan:
             f"{missing}"
             "    fields_set = set(values)\n"
             "    data.update(values)\n"
-            f"{finish}"
+            f"{_FINISH}"
         )
         if not self.required:  # a model that can be empty: nested defaults are made this way
             defaults = "".join(f"    data[{name!r}] = {made}\n" for name, made in fills)
-            source += f"def empty():\n    data = _template.copy()\n{defaults}    fields_set = set()\n{finish}"
+            source += (
+                f"def empty():\n    data = _template.copy()\n{defaults}    fields_set = set()\n{_FINISH}"
+            )
         exec(compile(source, f"<assemble {cls.__name__}>", "exec"), scope)
         self.build: Any = scope["build"]
         self.empty: Any = scope.get("empty")
 
+    def fixed(self, given: tuple[str, ...], optional: tuple[str, ...]) -> Any:
+        """Generate the builder `builder(cls, *given, optional=...)` describes."""
+        fields = self.defaults
+        unknown = [n for n in (*given, *optional) if n not in fields]
+        if unknown or len({*given, *optional}) != len(given) + len(optional):
+            raise TypeError(f"{self.name} has no fields {unknown} (or a field is named twice)")
+        if not self.required <= set(given):
+            raise TypeError(f"{self.name} needs {sorted(self.required - set(given))} among the given fields")
+        params = ", ".join((*given, *(["*"] if optional else []), *(f"{n}=_unset" for n in optional)))
+        lines = [
+            f"def build({params}):",
+            f"    fields_set = {{{', '.join(repr(n) for n in given)}}}"
+            if given
+            else "    fields_set = set()",
+        ]
+        for n in optional:
+            lines += [
+                f"    if {n} is _unset:",
+                f"        {n} = {fields[n]}",
+                "    else:",
+                f"        fields_set.add({n!r})",
+            ]
+        entries = ", ".join(
+            f"{n!r}: {n if n in given or n in optional else made}" for n, made in fields.items()
+        )
+        lines.append(f"    data = {{{entries}}}")
+        source = "\n".join(lines) + "\n" + _FINISH
+        scope = dict(self.scope)
+        exec(compile(source, f"<builder {self.name}>", "exec"), scope)
+        return scope["build"]
+
     def _missing(self, values: dict[str, Any]) -> None:
         raise TypeError(f"{self.name} needs {sorted(self.required - values.keys())}")
 
+
+# The end of every generated builder: the instance from `data` and `fields_set`.
+_FINISH = (
+    "    obj = _new(_cls)\n"
+    "    _set_dict(obj, '__dict__', data)\n"
+    "    _set_fields_set(obj, fields_set)\n"
+    "    _set_extra(obj, None)\n"
+    "    _set_private(obj, None)\n"
+    "    return obj\n"
+)
 
 _plans: dict[type[BaseModel], _Plan] = {}
 # cls -> its plan's `build`: what `assemble` calls (one lookup, no attribute of the plan).
@@ -387,6 +452,19 @@ def assemble(cls: type[M], values: dict[str, Any]) -> M:
         build = _plan(cls).build
     result: M = build(values)
     return result
+
+
+def builder(cls: type[M], *given: str, optional: tuple[str, ...] = ()) -> Callable[..., M]:
+    """`assemble` for a hot path that sets the same fields every time: a generated function that
+    takes the `given` fields positionally (in that order) and any of `optional` by keyword (`UNSET`,
+    the default, leaves one out), without a dict of values to check, copy and merge.
+
+    The same rules as `assemble` for the values; the result is what `assemble` makes from a dict of
+    the fields given. Make builders at import: generating one compiles code, which the sandbox of a
+    subprocess worker refuses.
+    """
+    build: Callable[..., M] = _plan(cls).fixed(given, optional)
+    return build
 
 
 def set_field(obj: BaseModel, name: str, value: Any) -> None:

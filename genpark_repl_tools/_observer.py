@@ -87,7 +87,7 @@ class Observer:
         usage = result.usage
         usage.__dict__["wall_ms"] = round(wall_s * 1e6) / 1000
         usage.__pydantic_fields_set__.add("wall_ms")
-        ledger.record(result, wall_s)
+        accounts = ledger.record(result, wall_s)
         if self._sinks and (result.error is not None or result.status == "blocked"):
             deliver(self._sinks, events_from(result, request.code, call_id))
         history = self.history
@@ -95,7 +95,7 @@ class Observer:
             history.add(request.code, result, call_id)
         if span is not None:
             finish_span(span, result)
-        if len(ledger) > self._prune_at:
+        if accounts > self._prune_at:
             self._prune()
         return result
 

@@ -39,7 +39,7 @@ import weakref
 from contextvars import Token
 from typing import Any
 
-from ._capture import OutputCapture, alone_since, current, enter_execution, exit_execution
+from ._capture import OutputCapture, TextSink, alone_since, current, enter_execution
 from ._limits import Limits
 from ._models import Attachment
 from ._watchdog import ExecutionTimeout
@@ -107,11 +107,12 @@ class FigureRun:
     """The figures of one execution: headless backend before it, attachments after, nothing left open.
 
     It is also the execution's context object: `enter` routes this context's stdout/stderr to the
-    sinks of `capture` (the run stands in for it, see `_capture.enter_execution`) and counts the
-    execution, in one step; `exit` ends both. So an execution sets one context variable and takes
-    one lock to start and one to end, whatever it does with figures.
+    execution's two sinks (the run stands in for its capture, see `_capture.enter_execution`) and
+    counts the execution, in one step; `_capture.exit_execution` with the token it returns ends
+    both. So an execution sets one context variable and takes one lock to start and one to end,
+    whatever it does with figures.
 
-    Security model: `enter`, `close` and `exit` are host code around the execution (they only touch
+    Security model: `enter` and `close` are host code around the execution (they only touch
     pyplot's registry and backend); `collect` and `show` render figures, which runs user code, and
     must be called inside the execution's guarded region.
     """
@@ -123,7 +124,6 @@ class FigureRun:
         "_done",
         "_dropped",
         "_serial",
-        "_token",
         "attachments",
         "limits",
         "notes",
@@ -132,11 +132,11 @@ class FigureRun:
         "stdout",
     )
 
-    def __init__(self, owner: FigureOwner, limits: Limits, capture: OutputCapture) -> None:
+    def __init__(self, owner: FigureOwner, limits: Limits, stdout: TextSink, stderr: TextSink) -> None:
         self.owner = owner
         self.limits = limits
-        self.stdout = capture.stdout
-        self.stderr = capture.stderr
+        self.stdout = stdout
+        self.stderr = stderr
         self.attachments: list[Attachment] = []
         self.notes: list[str] = []
         # Figures this run attached or gave up on (held: ids stay unique); its own once it has one.
@@ -148,20 +148,21 @@ class FigureRun:
         self._created: list[Any] | None = None
         self._alone = False
         self._serial = 0
-        self._token: Token[OutputCapture | None] | None = None
 
-    def enter(self) -> None:
+    def enter(self) -> Token[OutputCapture | None]:
         """Before the code runs: route its output, make pyplot headless, note which figures are
-        someone else's. Pair it with `exit` (in a `finally`)."""
-        self._token, self._serial, self._alone = enter_execution(self)
+        someone else's. Returns the token to end the routing with (`_capture.exit_execution`, in a
+        `finally`)."""
+        token, self._serial, self._alone = enter_execution(self)
         if _process.environment_checked and "matplotlib" not in sys.modules:
-            return  # the common case: nothing to prepare, nothing open
+            return token  # the common case: nothing to prepare, nothing open
         try:
             _prepare_matplotlib()
             # Held (not just their ids) so an id cannot be reused by a new figure during the run.
             self._before = {id(m): m for m in _managers()}
         except Exception as exc:  # host-side bookkeeping must never fail the run
             self.notes.append(f"matplotlib could not be made headless: {_message(exc)}")
+        return token
 
     def show(self) -> None:
         """`plt.show()` inside the execution: attach and close its open figures now."""
@@ -204,12 +205,6 @@ class FigureRun:
             self.notes.append(f"Figures could not be closed: {_message(exc)}")
         self._before = _NO_FIGURES
         self._created = None
-
-    def exit(self) -> None:
-        """End what `enter` began: the output routing and the count of running executions."""
-        if self._token is not None:
-            exit_execution(self._token)
-            self._token = None
 
     # ---- internals ------------------------------------------------------------------------------
 

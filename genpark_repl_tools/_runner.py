@@ -10,17 +10,28 @@ from __future__ import annotations
 import builtins
 import difflib
 import os
+import sys
 import time
 import traceback as _traceback
 from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any
 
-from ._capture import Capture, OutputCapture
+from ._capture import BoundedText, Capture, OutputCapture, TextSink, exit_execution
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
 from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
-from ._models import Attachment, ErrorInfo, ExecutionResult, Usage, VariableChanges, VariableInfo, assemble
+from ._models import (
+    UNSET,
+    Attachment,
+    ErrorInfo,
+    ExecutionResult,
+    Usage,
+    VariableChanges,
+    VariableInfo,
+    assemble,
+    builder,
+)
 from ._rich import FigureRun
 from ._session import Session
 from ._text import clean
@@ -77,7 +88,10 @@ def run_cell(
         before: dict[str, Any] = dict(ns)
     else:
         watched = cell.names | session.global_names if session.global_names else cell.names
-        before = {k: ns.get(k, _MISSING) for k in watched}
+        before = {}
+        get = ns.get
+        for name in watched:  # a loop, not a comprehension: no function call on 3.10-3.11
+            before[name] = get(name, _MISSING)
     # Once a session imported a module that can change process-wide state, check that state after
     # each of its runs (functions defined earlier may do it later); other sessions pay nothing.
     if cell.touches_host:
@@ -85,10 +99,16 @@ def run_cell(
     host_cwd = os.getcwd() if session.touches_host else None
     host_builtins = dict(builtins.__dict__) if session.touches_host else None
 
-    capture = capture_factory(limits.max_output_chars)
-    # The execution's context: its figures, and (standing in for `capture`) its output routing.
-    figures = FigureRun(session.figures, limits, capture)
-    figures.enter()  # host code, before the guards: may make pyplot headless before the cell imports it
+    if capture_factory is Capture:  # the default capture's two buffers, without its own object
+        out: TextSink = BoundedText(limits.max_output_chars)
+        err: TextSink = BoundedText(limits.max_output_chars)
+    else:
+        capture = capture_factory(limits.max_output_chars)
+        out, err = capture.stdout, capture.stderr
+    # The execution's context: its figures, and (standing in for a capture) its output routing.
+    figures = FigureRun(session.figures, limits, out, err)
+    # Host code, before the guards: may make pyplot headless before the cell imports it.
+    routed = figures.enter()
     try:
         if not watchdog.started:
             watchdog.start()  # outside the sandbox: starting a thread is refused inside it
@@ -113,10 +133,11 @@ def run_cell(
         except ExecutionTimeout:
             watchdog.release(slot)
         session.running = None
-        figures.close()  # what the cell left open, also after a timeout
+        if "matplotlib.pyplot" in sys.modules:  # FigureRun.close's own first test, without the call
+            figures.close()  # what the cell left open, also after a timeout
         runtime.exit(token)
     finally:
-        figures.exit()
+        exit_execution(routed)
     if host_builtins is not None:
         _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
     if host_cwd is not None and os.getcwd() != host_cwd:
@@ -124,37 +145,24 @@ def run_cell(
 
     # Rounded to the microsecond, as round(ms, 3) would, without its decimal conversion.
     duration = round((_perf_counter() - started) * 1e6) / 1000
-    out, err = capture.stdout, capture.stderr
+    stdout, stdout_cut = _text(out)
+    stderr, stderr_cut = _text(err)
     # The result's fields, made here with the types the model declares (every string from user
-    # code cleaned where it is made) and assembled without validating them again (_models.assemble).
-    fields: dict[str, Any] = {
-        "status": "ok",
-        "session": session.name,
-        "execution_count": count,
-        "policy": runtime.name,
-        "boundary": boundary,
-        "session_restarted": restarted,
-        "stdout": out.getvalue(),
-        "stderr": err.getvalue(),
-        "duration_ms": duration,
-    }
-    if out.truncated:
-        fields["stdout_truncated"] = True
-    if err.truncated:
-        fields["stderr_truncated"] = True
+    # code cleaned where it is made) and assembled without validating them again (_models.builder).
+    attachments: list[Attachment] = UNSET
     notes: list[str] = []
     if figures.attachments or figures.notes:
-        fields["attachments"] = [_clean_attachment(a) for a in figures.attachments]
+        attachments = [_clean_attachment(a) for a in figures.attachments]
         notes = [clean(note) for note in figures.notes]  # figure titles and messages are the code's
-    fields["notes"] = notes
-    fields["usage"] = _cpu(cpu_started)
+    usage = _usage((_thread_time_ns() - cpu_started) // 1000 / 1000)
+    status = "ok"
+    error: ErrorInfo = UNSET
+    value = value_type = value_truncated = changes = UNSET
     if outcome is None:
         if isinstance(stopped, ExecutionTimeout):  # ExecutionCancelled is one
             cancelled = isinstance(stopped, ExecutionCancelled)
-            fields.update(
-                status="cancelled" if cancelled else "timeout",
-                error=_timeout_error(stopped, session, cell, limits, duration),
-            )
+            status = "cancelled" if cancelled else "timeout"
+            error = _timeout_error(stopped, session, cell, limits, duration)
             late = duration / 1000 - limits.timeout_s
             if not cancelled and late > _LATE_STOP_NOTE_S:
                 notes.append(
@@ -162,29 +170,81 @@ def run_cell(
                     f"{late:.1f} s later. The in-process boundary cannot interrupt C code; "
                     f"boundary='subprocess' kills it on time."
                 )
-            return assemble(ExecutionResult, fields)
-        # A failure of the engine itself while describing the run; report it, keep the host alive.
-        fields.update(
-            status="error",
-            error=ErrorInfo(
+        else:  # a failure of the engine itself while describing the run; report it, keep the host alive
+            status = "error"
+            error = ErrorInfo(
                 type="InternalError",
                 message=clean(f"{type(stopped).__name__} while describing the result: {stopped}"[:500]),
                 hint="The code itself ran; its variables are kept. Please report this as a bug.",
-            ),
-        )
-        return assemble(ExecutionResult, fields)
-    shown, changes, failure = outcome
-    if shown is not None:
-        fields["value"], fields["value_truncated"], fields["value_type"] = shown
-    if changes is not None:
-        fields["changes"] = changes
-    if failure is not None:
-        fields["error"] = failure
-        if failure.type == "SystemExit" and failure.message in ("0", "None", ""):
-            notes.append("SystemExit does not end the session; its variables are kept.")
-        else:
-            fields["status"] = "error"
-    return assemble(ExecutionResult, fields)
+            )
+    else:
+        shown, found, failure = outcome
+        if shown is not None:
+            value, value_truncated, value_type = shown
+        if found is not None:
+            changes = found
+        if failure is not None:
+            error = failure
+            if failure.type == "SystemExit" and failure.message in ("0", "None", ""):
+                notes.append("SystemExit does not end the session; its variables are kept.")
+            else:
+                status = "error"
+    return _result(
+        status,
+        session.name,
+        count,
+        runtime.name,
+        boundary,
+        restarted,
+        stdout,
+        stderr,
+        duration,
+        notes,
+        usage,
+        stdout_truncated=True if stdout_cut else UNSET,
+        stderr_truncated=True if stderr_cut else UNSET,
+        value=value,
+        value_type=value_type,
+        value_truncated=value_truncated,
+        error=error,
+        changes=changes,
+        attachments=attachments,
+    )
+
+
+# The result of a cell that ran: these fields always, the optional ones when they say something.
+_result = builder(
+    ExecutionResult,
+    "status",
+    "session",
+    "execution_count",
+    "policy",
+    "boundary",
+    "session_restarted",
+    "stdout",
+    "stderr",
+    "duration_ms",
+    "notes",
+    "usage",
+    optional=(
+        "stdout_truncated",
+        "stderr_truncated",
+        "value",
+        "value_type",
+        "value_truncated",
+        "error",
+        "changes",
+        "attachments",
+    ),
+)
+_usage = builder(Usage, "cpu_ms")
+
+
+def _text(sink: TextSink) -> tuple[str, bool]:
+    """A stream's text and whether it was cut (an empty BoundedText, the common case, directly)."""
+    if isinstance(sink, BoundedText) and not sink.total:
+        return "", False
+    return sink.getvalue(), sink.truncated
 
 
 def _refused(
@@ -261,7 +321,8 @@ def _guarded(
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... are the cell's, not the host's
         error = _error_info(exc, session, cell, limits.max_output_chars)
     changes = _changes(ns, before, full_diff, limits.max_repr_chars)
-    figures.collect(value)
+    if "matplotlib" in sys.modules:  # FigureRun.collect's own first test, without the call
+        figures.collect(value)
     return shown, changes, error
 
 
@@ -330,7 +391,7 @@ def _defines_functions(code: CodeType) -> bool:
 
 
 def _cpu(started_ns: int) -> Usage:
-    return assemble(Usage, {"cpu_ms": (_thread_time_ns() - started_ns) // 1000 / 1000})
+    return _usage((_thread_time_ns() - started_ns) // 1000 / 1000)
 
 
 # ---- errors ---------------------------------------------------------------------------------------

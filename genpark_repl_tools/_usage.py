@@ -113,7 +113,8 @@ class Ledger:
             if account is not None and account.calls:
                 account.calls -= 1
 
-    def record(self, result: ExecutionResult, wall_s: float) -> None:
+    def record(self, result: ExecutionResult, wall_s: float) -> int:
+        """Charge `result` to its session; returns the number of sessions with an account."""
         # The result is read before the lock is taken: the lock is held for the sums only.
         usage = result.usage
         cpu_ms = usage.cpu_ms
@@ -127,7 +128,7 @@ class Ledger:
             account = self._accounts.get(session)
             if self.budgeted:
                 if account is None:  # forgotten (closed) while the call ran: nothing to charge
-                    return
+                    return len(self._accounts)
             else:
                 if account is None:
                     account = self._accounts[session] = _Account()
@@ -143,6 +144,7 @@ class Ledger:
                 account.peak_mb = peak
             statuses = account.statuses
             statuses[status] = statuses.get(status, 0) + 1
+            return len(self._accounts)
         finally:
             lock.release()
 
