@@ -11,10 +11,10 @@ how the engine lives with that in one process:
 
 - Headless. The host's environment is never changed. On every execution where matplotlib is imported
   the engine switches pyplot to `module://genpark_repl_tools._mpl_backend` if the backend is still
-  unresolved, Agg, or a GUI backend; when the execution's own code imports pyplot, an audit hook
-  (added on the first execution in a process where matplotlib is installed) does the same before
-  the first figure. Nothing happens at import time. The backend is Agg plus a `show()` that opens
-  no window.
+  unresolved, Agg, or a GUI backend; when the execution's own code imports pyplot, a finder on
+  `sys.meta_path` (added on the first execution in a process where matplotlib is installed) does
+  the same before the first figure. Nothing happens at import time. The backend is Agg plus a
+  `show()` that opens no window.
 - Ownership. A figure is tagged with the session whose execution created it (the backend's figure
   manager and a `figure.hooks` entry read a context variable). An execution attaches and closes only
   its own figures, so concurrent sessions do not take each other's. Untagged new figures (created
@@ -327,8 +327,8 @@ def _prepare_matplotlib() -> None:
             _process.environment_checked = True
             if importlib.util.find_spec("matplotlib"):
                 # Not os.environ["MPLBACKEND"]: that would change the host's matplotlib and every
-                # process it starts. An audit hook sees the execution's code import pyplot instead.
-                sys.addaudithook(_on_import)
+                # process it starts. A finder sees the execution's code import pyplot instead.
+                sys.meta_path.insert(0, _import_watch)
         return
     rc = mpl.rcParams
     # dict's own lookup: reads without resolving the "auto" backend, and skips RcParams' checks.
@@ -340,22 +340,42 @@ def _prepare_matplotlib() -> None:
         rc["figure.hooks"] = [*hooks, _HOOK]
 
 
-def _on_import(event: str, args: tuple[Any, ...]) -> None:
-    """Make pyplot headless when an execution's code imports it (matplotlib was not imported before).
+class _ImportWatch:
+    """Makes pyplot headless when an execution's code imports it (matplotlib was not imported before).
 
-    pyplot resolves its backend on the first figure; the modules pyplot imports are imported after
-    matplotlib itself finished initializing (it reads the host's MPLBACKEND last), and before that
-    first figure. Outside an execution this does nothing: the host's own imports are its business.
+    A finder on `sys.meta_path`, first, that finds nothing (every import goes on as without it):
+    Python asks it about each module not imported yet. pyplot resolves its backend on its first
+    figure; pyplot and the modules it imports are looked up after matplotlib itself finished
+    initializing (it reads the host's MPLBACKEND last), and before that first figure. Outside an
+    execution it does nothing: the host's own imports are its business.
+
+    Not an audit hook: a hook is called for every audit event of the process from then on (each
+    `exec`, `compile`, `id()` of the host's code and of every run: a Python call each, about a
+    tenth of a trivial run's cost under a restricted policy) and can never be removed.
     """
-    if event != "import" or _current_run() is None or not str(args[0]).startswith("matplotlib."):
-        return
-    mpl = sys.modules.get("matplotlib")
-    spec = getattr(mpl, "__spec__", None)
-    if mpl is None or spec is None or getattr(spec, "_initializing", False):
-        return
-    # Host-side bookkeeping must not fail the import; FigureRun.enter retries before the next run.
-    with contextlib.suppress(Exception):
-        _prepare_matplotlib()
+
+    __slots__ = ("_busy",)
+
+    def __init__(self) -> None:
+        self._busy = False  # preparing: imports made meanwhile are matplotlib's own
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if self._busy or not name.startswith("matplotlib.") or _current_run() is None:
+            return
+        mpl = sys.modules.get("matplotlib")
+        spec = getattr(mpl, "__spec__", None)
+        if mpl is None or spec is None or getattr(spec, "_initializing", False):
+            return
+        # Host-side bookkeeping must not fail the import; FigureRun.enter retries before the next run.
+        self._busy = True
+        try:
+            with contextlib.suppress(Exception):
+                _prepare_matplotlib()
+        finally:
+            self._busy = False
+
+
+_import_watch = _ImportWatch()
 
 
 def _keep_backend(name: str | None) -> bool:
