@@ -510,9 +510,13 @@ def table_kind(obj: Any) -> str | None:
 
     Decided from the type's module name, so it never imports pandas or numpy.
     """
-    if id(type(obj)) in _PLAIN_TYPES:
-        return None  # the common case (a trailing `x`), without walking the MRO
-    for cls in type(obj).__mro__:
+    t = type(obj)
+    # The common case (a trailing `x`), without walking the MRO. Only for classes whose metaclass is
+    # `type`: hashing another class may run its metaclass's code. (This was `id(type(obj)) in`, never
+    # true, and `id()` is an audit event a restricted policy's hook judges.)
+    if type(t) is type and t in _PLAIN_TYPES:
+        return None
+    for cls in t.__mro__:
         module = getattr(cls, "__module__", None) or ""
         if (module == "pandas" or module.startswith("pandas.")) and cls.__name__ in ("DataFrame", "Series"):
             return cls.__name__

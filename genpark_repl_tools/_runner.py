@@ -19,7 +19,7 @@ from typing import Any
 
 from ._capture import BoundedText, Capture, OutputCapture, TextSink, exit_execution
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
-from ._introspect import describe_fields, type_name, value_repr, variable_name
+from ._introspect import SCALAR_TYPES, bounded_repr, describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
 from ._models import (
     UNSET,
@@ -370,10 +370,18 @@ def _changes(
             rebound.append(_variable(name, new, limit))
     if not (created or rebound or deleted):
         return None
-    return assemble(VariableChanges, {"created": created, "rebound": rebound, "deleted": deleted})
+    return _variable_changes(created, rebound, deleted)
+
+
+_variable_changes = builder(VariableChanges, "created", "rebound", "deleted")
+_scalar_variable = builder(VariableInfo, "name", "type", "repr", "repr_truncated")
 
 
 def _variable(name: str, value: Any, limit: int) -> VariableInfo:
+    t = type(value)
+    if type(t) is type and t in SCALAR_TYPES:  # describe_fields' first case, without its dict
+        text, truncated = bounded_repr(value, limit)
+        return _scalar_variable(variable_name(name, limit), t.__name__, text, truncated)
     fields = describe_fields(name, value, limit)
     # Sizes read by duck typing may be int subclasses (a bool, an IntEnum): the model holds exact
     # ints, as validation would make them (`int.__int__` runs no method of the subclass).

@@ -126,3 +126,23 @@ def test_pyplot_imported_by_a_cell_is_made_headless_without_an_audit_hook() -> N
     # An audit hook would be called for every audit event of the host process from then on.
     out = _run(NO_AUDIT_HOOK, env={"MPLBACKEND": "TkAgg", "DISPLAY": ":99"})
     assert out == {"status": "ok", "value": repr(BACKEND), "images": 1, "hooks": []}
+
+
+NO_ID_EVENTS = r"""
+import json, sys
+from genpark_repl_tools import ReplEngine
+seen = []
+with ReplEngine(policy="trusted") as engine:
+    engine.run("x = 1")
+    sys.addaudithook(lambda event, args: seen.append(event) if event == "builtins.id" else None)
+    result = engine.run("x = 2\ny = x * 2\ns = 'text'\ny")
+described = [v.name for v in result.changes.created + result.changes.rebound]
+print(json.dumps({"value": result.value, "described": described, "ids": len(seen)}))
+"""
+
+
+def test_describing_plain_values_raises_no_audit_event() -> None:
+    # id() is an audit event: under a restricted policy its hook judges each one. Plain values (a
+    # trailing int, the variables a cell bound) are described without calling it.
+    out = _run(NO_ID_EVENTS)
+    assert out == {"value": "4", "described": ["s", "y", "x"], "ids": 0}
