@@ -291,9 +291,6 @@ class _Unset:
 UNSET: Any = _Unset()
 """An optional argument of a `builder` function that was not given (the field keeps its default)."""
 
-# Defaults written into generated builders as literals (exactly what their repr reads back as).
-_LITERALS = (type(None), bool, int, float, str)
-
 
 class _Plan:
     """How `assemble` fills in what the values leave out, computed once per model class.
@@ -305,7 +302,7 @@ class _Plan:
     takes its fields as arguments (see `builder`).
     """
 
-    __slots__ = ("build", "cls", "defaults", "empty", "name", "required", "scope")
+    __slots__ = ("build", "cls", "empty", "fields", "made", "name", "required", "scope")
 
     def __init__(self, cls: type[BaseModel]) -> None:
         if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
@@ -326,20 +323,16 @@ class _Plan:
             "_unset": UNSET,
         }
         scope = self.scope
-        # field -> the expression that makes its default in generated code, in declaration order
-        self.defaults: dict[str, str] = {}
-        fills: list[tuple[str, str]] = []  # the fields whose default is made per instance
+        self.fields = tuple(cls.model_fields)
+        # field -> the expression that makes its default in generated code, for the fields whose
+        # default is made per instance
+        self.made: dict[str, str] = {}
+        fills: list[tuple[str, str]] = []
         for i, (name, field) in enumerate(cls.model_fields.items()):
             factory = field.default_factory
+            template[name] = None if factory is not None else field.default
             if factory is None:
-                template[name] = field.default
-                if type(field.default) in _LITERALS:
-                    self.defaults[name] = repr(field.default)
-                else:
-                    scope[f"_default{i}"] = field.default
-                    self.defaults[name] = f"_default{i}"
                 continue
-            template[name] = None
             if factory is list or factory is dict:
                 made = "[]" if factory is list else "{}"
             elif isinstance(factory, type) and issubclass(factory, BaseModel):
@@ -355,7 +348,7 @@ class _Plan:
                 scope[f"_factory{i}"] = factory
                 made = f"_factory{i}()"  # a new one per instance
             fills.append((name, made))
-            self.defaults[name] = made
+            self.made[name] = made
         self.required = frozenset(name for name, field in cls.model_fields.items() if field.is_required())
         check = " and ".join(f"{name!r} in values" for name in sorted(self.required)) or "True"
         missing = "".join(f"    if {n!r} not in values:\n        data[{n!r}] = {made}\n" for n, made in fills)
@@ -379,31 +372,30 @@ class _Plan:
         self.empty: Any = scope.get("empty")
 
     def fixed(self, given: tuple[str, ...], optional: tuple[str, ...]) -> Any:
-        """Generate the builder `builder(cls, *given, optional=...)` describes."""
-        fields = self.defaults
-        unknown = [n for n in (*given, *optional) if n not in fields]
+        """Generate the builder `builder(cls, *given, optional=...)` describes.
+
+        It copies the template and stores the fields into it: a dict display of every field would
+        cost twice as much (for ExecutionResult's 25, 12.5k instructions against 6.4k).
+        """
+        unknown = [n for n in (*given, *optional) if n not in self.fields]
         if unknown or len({*given, *optional}) != len(given) + len(optional):
             raise TypeError(f"{self.name} has no fields {unknown} (or a field is named twice)")
         if not self.required <= set(given):
             raise TypeError(f"{self.name} needs {sorted(self.required - set(given))} among the given fields")
         params = ", ".join((*given, *(["*"] if optional else []), *(f"{n}=_unset" for n in optional)))
-        lines = [
-            f"def build({params}):",
-            f"    fields_set = {{{', '.join(repr(n) for n in given)}}}"
-            if given
-            else "    fields_set = set()",
-        ]
+        given_set = f"{{{', '.join(repr(n) for n in given)}}}" if given else "set()"
+        lines = [f"def build({params}):", "    data = _template.copy()", f"    fields_set = {given_set}"]
+        lines += [f"    data[{n!r}] = {n}" for n in given]
         for n in optional:
             lines += [
-                f"    if {n} is _unset:",
-                f"        {n} = {fields[n]}",
-                "    else:",
+                f"    if {n} is not _unset:",
+                f"        data[{n!r}] = {n}",
                 f"        fields_set.add({n!r})",
             ]
-        entries = ", ".join(
-            f"{n!r}: {n if n in given or n in optional else made}" for n, made in fields.items()
-        )
-        lines.append(f"    data = {{{entries}}}")
+            if n in self.made:
+                lines += ["    else:", f"        data[{n!r}] = {self.made[n]}"]
+        named = {*given, *optional}
+        lines += [f"    data[{n!r}] = {made}" for n, made in self.made.items() if n not in named]
         source = "\n".join(lines) + "\n" + _FINISH
         scope = dict(self.scope)
         exec(compile(source, f"<builder {self.name}>", "exec"), scope)

@@ -146,8 +146,7 @@ class FigureRun:
         # Kept here, not only found in pyplot's registry: two threads creating figures at once can
         # get the same number, and the registry then forgets one of them. Made by the first.
         self._created: list[Any] | None = None
-        self._alone = False
-        self._serial = 0
+        # _serial and _alone are set by enter().
 
     def enter(self) -> Token[OutputCapture | None]:
         """Before the code runs: route its output, make pyplot headless, note which figures are
