@@ -255,14 +255,28 @@ class _BinaryView:
         return None
 
 
+# The streams the routers stand in for while any execution runs (stdout, stderr): kept in a list
+# rather than on the routers, whose attribute writes go through io's machinery, twice per run.
+_fallbacks: list[TextIO | None] = [None, None]
+
+
 class _Router(io.TextIOBase):
     """Stands in for sys.stdout or sys.stderr; sends writes to the current context's capture."""
 
-    def __init__(self, name: str, fallback: TextIO | None) -> None:
+    __slots__ = ("_current", "_fallbacks", "_index", "_name")
+
+    def __init__(self, name: str, index: int) -> None:
         super().__init__()
         self._name = name
-        self.fallback = fallback
-        self._current = _current.get  # held: at interpreter exit this module's globals may be gone
+        self._index = index
+        # Held: at interpreter exit this module's globals may be gone.
+        self._current = _current.get
+        self._fallbacks = _fallbacks
+
+    @property
+    def fallback(self) -> TextIO | None:
+        """The stream this router stands in for (None while no execution runs)."""
+        return self._fallbacks[self._index]
 
     def _target(self) -> TextSink | None:
         cap = self._current()
@@ -273,7 +287,8 @@ class _Router(io.TextIOBase):
     def write(self, s: str) -> int:
         target = self._target()
         if target is None:
-            return self.fallback.write(s) if self.fallback is not None else len(s)
+            fallback = self._fallbacks[self._index]
+            return fallback.write(s) if fallback is not None else len(s)
         if type(s) is str:
             # Text as a pipe to the host would carry it (see _text); ASCII costs one check.
             if not s.isascii():
@@ -329,10 +344,17 @@ class _Router(io.TextIOBase):
         return getattr(self.fallback, name)
 
 
+# The hot paths take it with acquire/try/finally/release: `with _lock` costs twice as much on
+# CPython 3.11 (two special-method lookups and a three-argument __exit__ call).
 _lock = threading.Lock()
-_active = 0
+_active = 0  # contexts routed now: executions and guarded calls
+# Executions (`enter_execution`) running now and ever started, for whoever needs to know whether
+# one ran alone (figure ownership, _rich): counted under the same lock as the routing, so an
+# execution pays one lock to start and one to end.
+_executions = 0
+_started = 0
 # Created once and reused: building a TextIOBase per execution would cost more than the execution.
-_routers = (_Router("stdout", None), _Router("stderr", None))
+_routers = (_Router("stdout", 0), _Router("stderr", 1))
 
 
 class capturing:
@@ -356,31 +378,73 @@ class capturing:
 
 
 def route(cap: OutputCapture) -> Token[OutputCapture | None]:
-    """`capturing(cap).__enter__()` without the object (the runner's hot path); pair it with `unroute`."""
-    global _active
+    """`capturing(cap).__enter__()` without the object; pair it with `unroute`."""
+    return enter_execution(cap, counted=False)[0]
+
+
+def unroute(token: Token[OutputCapture | None]) -> None:
+    """End what `route` began: this context's routing, and the routers when no execution is left."""
+    exit_execution(token, counted=False)
+
+
+def enter_execution(
+    cap: OutputCapture, counted: bool = True
+) -> tuple[Token[OutputCapture | None], int, bool]:
+    """`route(cap)` for one execution, `counted` among the running ones: (the token for
+    `exit_execution`, the execution's serial number, whether no other execution was running)."""
+    global _active, _executions, _started
     out, err = _routers
-    with _lock:
+    fallbacks = _fallbacks
+    _lock.acquire()
+    try:
         if _active == 0:
-            out.fallback, err.fallback = sys.stdout, sys.stderr
+            fallbacks[0] = sys.stdout
+            fallbacks[1] = sys.stderr
         # Also when already active: executed code (trusted policy) may have replaced the streams.
         if sys.stdout is not out:
             sys.stdout = out
         if sys.stderr is not err:
             sys.stderr = err
         _active += 1
-    return _current.set(cap)
+        if counted:
+            _executions += 1
+            _started += 1
+        serial = _started
+        alone = _executions == 1
+    finally:
+        _lock.release()
+    return _current.set(cap), serial, alone
 
 
-def unroute(token: Token[OutputCapture | None]) -> None:
-    """End what `route` began: this context's routing, and the routers when no execution is left."""
-    global _active
+def exit_execution(token: Token[OutputCapture | None], counted: bool = True) -> None:
+    """End what `enter_execution` began: this context's routing, and the routers when no
+    execution is left."""
+    global _active, _executions
     _current.reset(token)
-    with _lock:
+    _lock.acquire()
+    try:
+        if counted:
+            _executions -= 1
         _active -= 1
         if _active == 0:
-            out, err = _routers
-            sys.stdout, sys.stderr = out.fallback, err.fallback
-            out.fallback = err.fallback = None
+            fallbacks = _fallbacks
+            sys.stdout = fallbacks[0]
+            sys.stderr = fallbacks[1]
+            fallbacks[0] = fallbacks[1] = None
+    finally:
+        _lock.release()
+
+
+def alone_since(serial: int) -> bool:
+    """Whether the execution numbered `serial` is the only one running and none started after it
+    (call it from that execution, which ran alone when it started)."""
+    with _lock:
+        return _executions == 1 and _started == serial
+
+
+def current() -> OutputCapture | None:
+    """The capture of the execution (or guarded call) running in this context, if any."""
+    return _current.get()
 
 
 @contextmanager

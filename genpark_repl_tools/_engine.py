@@ -263,10 +263,11 @@ class ReplEngine:
         self, code: str, session: str, timeout_s: float | None
     ) -> ExecutionRequest | ExecutionResult:
         """Check a call's arguments: the request to run, or the result that refuses it."""
-        self._check_open()
-        _check_session(session)
-        if type(session) is not str:  # a str subclass: results hold exact strs (they are not validated)
-            session = str.__str__(session)
+        if self._closed:
+            self._check_open()
+        if type(session) is not str or not 0 < len(session) <= _MAX_SESSION_ID or not session.isprintable():
+            _check_session(session)  # the one wording of what is wrong with it
+            session = str.__str__(session)  # a str subclass: results hold exact strs (not validated)
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, not {type(code).__name__}")
         if timeout_s is not None and not timeout_s > 0:

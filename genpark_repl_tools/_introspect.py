@@ -19,7 +19,7 @@ from ._rich import summarize, table_repr, table_texts
 from ._text import clean
 from ._watchdog import ExecutionTimeout
 
-__all__ = ["bounded_repr", "describe", "type_name", "value_repr", "variable_name"]
+__all__ = ["SCALAR_TYPES", "bounded_repr", "describe", "type_name", "value_repr", "variable_name"]
 
 _FUNCTION_TYPES = (
     types.FunctionType,
@@ -83,6 +83,10 @@ class _Repr(reprlib.Repr):
 
 _SIMPLE = frozenset({float, bool, type(None), complex})
 _SCALARS = frozenset({int, float, bool, complex, type(None)})
+# Builtin types that are never a table or array and whose type name is their own `__name__`.
+# Looked up only for classes whose metaclass is `type`: hashing any other class may run its code.
+_PLAIN = _SCALARS | {str}
+SCALAR_TYPES = _SCALARS
 
 _LIMITED: dict[type, str] = {
     str: "maxstring",
@@ -117,6 +121,9 @@ def bounded_repr(obj: Any, limit: int) -> tuple[str, bool]:
 
 def value_repr(obj: Any, limit: int) -> tuple[str, bool]:
     """A trailing value as the model sees it: a summary for tables and big arrays, else the repr."""
+    t = type(obj)
+    if type(t) is type and t in _PLAIN:
+        return bounded_repr(obj, limit)  # nothing to summarize: the common case, without looking
     summary = summarize(obj, limit, as_value=True)
     if summary is not None:
         return clean(summary), False
@@ -127,9 +134,11 @@ _PACKAGE = __name__.partition(".")[0]
 
 
 def type_name(obj: Any) -> str:
+    cls = type(obj)
+    if type(cls) is type and cls in _PLAIN:
+        return cls.__name__  # what the walk below finds for them, without it
     if isinstance(obj, types.ModuleType):
         return "module"  # also the policy's read-only module views: their class is ours, not the model's
-    cls = type(obj)
     # The engine's own stand-ins (guards, views) are named by what they stand for: the first class
     # in their MRO that is not the engine's. Internal names never reach the model.
     for base in cls.__mro__:
@@ -209,6 +218,8 @@ def describe_fields(name: str, obj: Any, limit: int) -> dict[str, Any]:
 def variable_name(name: str, limit: int) -> str:
     """A namespace key as a result shows it: cleaned, and cut if it is longer than `limit`
     (code can bind any string with `globals()[...]`)."""
+    if type(name) is str and len(name) <= limit and name.isascii():
+        return name  # what cleaning and cutting leave of it, without the two calls
     return _cut(clean(name), limit)[0]
 
 

@@ -11,10 +11,10 @@ how the engine lives with that in one process:
 
 - Headless. The host's environment is never changed. On every execution where matplotlib is imported
   the engine switches pyplot to `module://genpark_repl_tools._mpl_backend` if the backend is still
-  unresolved, Agg, or a GUI backend; when the execution's own code imports pyplot, an audit hook
-  (added on the first execution in a process where matplotlib is installed) does the same before
-  the first figure. Nothing happens at import time. The backend is Agg plus a `show()` that opens
-  no window.
+  unresolved, Agg, or a GUI backend; when the execution's own code imports pyplot, a finder on
+  `sys.meta_path` (added on the first execution in a process where matplotlib is installed) does
+  the same before the first figure. Nothing happens at import time. The backend is Agg plus a
+  `show()` that opens no window.
 - Ownership. A figure is tagged with the session whose execution created it (the backend's figure
   manager and a `figure.hooks` entry read a context variable). An execution attaches and closes only
   its own figures, so concurrent sessions do not take each other's. Untagged new figures (created
@@ -36,9 +36,10 @@ import math
 import sys
 import threading
 import weakref
-from contextvars import ContextVar, Token
+from contextvars import Token
 from typing import Any
 
+from ._capture import OutputCapture, TextSink, alone_since, current, enter_execution
 from ._limits import Limits
 from ._models import Attachment
 from ._watchdog import ExecutionTimeout
@@ -69,21 +70,20 @@ _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _MAX_LABEL = 120
 _MAX_MESSAGE = 200
 
-_current: ContextVar[FigureRun | None] = ContextVar("genpark_repl_figure_run", default=None)
+# A mapping no run writes to: what a run holds until it has figures of its own to note.
+_NO_FIGURES: dict[int, Any] = {}
 # matplotlib is not thread-safe; drawing one figure at a time keeps its shared caches consistent.
 # Re-entrant: an artist's draw() may itself call plt.show() on the same thread.
 _render_lock = threading.RLock()
 
 
 class _Process:
-    """Process-wide bookkeeping (pyplot's state is process-wide too)."""
+    """Process-wide bookkeeping (pyplot's state is process-wide too). Which executions run at once
+    is counted by `_capture.enter_execution`."""
 
-    __slots__ = ("active", "environment_checked", "lock", "started")
+    __slots__ = ("environment_checked",)
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.active = 0  # executions between enter() and exit()
-        self.started = 0  # executions ever entered: tells whether another one began meanwhile
         self.environment_checked = False
 
 
@@ -106,9 +106,15 @@ class FigureOwner:
 class FigureRun:
     """The figures of one execution: headless backend before it, attachments after, nothing left open.
 
-    Security model: `enter` and `exit` are host code around the execution (they only touch pyplot's
-    registry and backend); `collect` and `show` render figures, which runs user code, and must be
-    called inside the execution's guarded region.
+    It is also the execution's context object: `enter` routes this context's stdout/stderr to the
+    execution's two sinks (the run stands in for its capture, see `_capture.enter_execution`) and
+    counts the execution, in one step; `_capture.exit_execution` with the token it returns ends
+    both. So an execution sets one context variable and takes one lock to start and one to end,
+    whatever it does with figures.
+
+    Security model: `enter` and `close` are host code around the execution (they only touch
+    pyplot's registry and backend); `collect` and `show` render figures, which runs user code, and
+    must be called inside the execution's guarded region.
     """
 
     __slots__ = (
@@ -118,44 +124,44 @@ class FigureRun:
         "_done",
         "_dropped",
         "_serial",
-        "_token",
         "attachments",
         "limits",
         "notes",
         "owner",
+        "stderr",
+        "stdout",
     )
 
-    def __init__(self, owner: FigureOwner, limits: Limits) -> None:
+    def __init__(self, owner: FigureOwner, limits: Limits, stdout: TextSink, stderr: TextSink) -> None:
         self.owner = owner
         self.limits = limits
+        self.stdout = stdout
+        self.stderr = stderr
         self.attachments: list[Attachment] = []
         self.notes: list[str] = []
-        self._done: dict[int, Any] = {}  # figures this run attached or gave up on (held: ids stay unique)
+        # Figures this run attached or gave up on (held: ids stay unique); its own once it has one.
+        self._done = _NO_FIGURES
         self._dropped = 0
-        self._before: dict[int, Any] = {}
+        self._before = _NO_FIGURES
         # Kept here, not only found in pyplot's registry: two threads creating figures at once can
-        # get the same number, and the registry then forgets one of them.
-        self._created: list[Any] = []
-        self._alone = False
-        self._serial = 0
-        self._token: Token[FigureRun | None] | None = None
+        # get the same number, and the registry then forgets one of them. Made by the first.
+        self._created: list[Any] | None = None
+        # _serial and _alone are set by enter().
 
-    def enter(self) -> None:
-        """Before the code runs: make pyplot headless and note which figures are someone else's."""
-        with _process.lock:
-            _process.active += 1
-            _process.started += 1
-            self._serial = _process.started
-            self._alone = _process.active == 1
-        self._token = _current.set(self)
+    def enter(self) -> Token[OutputCapture | None]:
+        """Before the code runs: route its output, make pyplot headless, note which figures are
+        someone else's. Returns the token to end the routing with (`_capture.exit_execution`, in a
+        `finally`)."""
+        token, self._serial, self._alone = enter_execution(self)
         if _process.environment_checked and "matplotlib" not in sys.modules:
-            return  # the common case: nothing to prepare, nothing open
+            return token  # the common case: nothing to prepare, nothing open
         try:
             _prepare_matplotlib()
             # Held (not just their ids) so an id cannot be reused by a new figure during the run.
             self._before = {id(m): m for m in _managers()}
         except Exception as exc:  # host-side bookkeeping must never fail the run
             self.notes.append(f"matplotlib could not be made headless: {_message(exc)}")
+        return token
 
     def show(self) -> None:
         """`plt.show()` inside the execution: attach and close its open figures now."""
@@ -186,25 +192,18 @@ class FigureRun:
             )
             self._dropped = 0
 
-    def exit(self) -> None:
+    def close(self) -> None:
         """After the deadline was released: close what the code left open (also on timeout)."""
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is None:
+            return  # no figure can be open
         try:
-            pyplot = sys.modules.get("matplotlib.pyplot")
-            if pyplot is not None:
-                for fig in self._owned_open():
-                    _close(pyplot, fig)
+            for fig in self._owned_open():
+                _close(pyplot, fig)
         except Exception as exc:
             self.notes.append(f"Figures could not be closed: {_message(exc)}")
-        finally:
-            if self._token is not None:
-                _current.reset(self._token)
-                self._token = None
-            if self._before:
-                self._before = {}
-            if self._created:
-                self._created = []
-            with _process.lock:
-                _process.active -= 1
+        self._before = _NO_FIGURES
+        self._created = None
 
     # ---- internals ------------------------------------------------------------------------------
 
@@ -222,7 +221,7 @@ class FigureRun:
         """This session's open figures, oldest first: those its code created, and unclaimed new ones."""
         managers = _managers()
         registered = {id(m) for m in managers}
-        owned = [fig for fig in self._created if _is_open(fig, registered)]
+        owned = [fig for fig in self._created or () if _is_open(fig, registered)]
         if managers:
             claim = self._may_claim()
             for manager in managers:
@@ -236,14 +235,15 @@ class FigureRun:
         return owned
 
     def _may_claim(self) -> bool:
-        with _process.lock:
-            return self._alone and _process.active == 1 and _process.started == self._serial
+        return self._alone and alone_since(self._serial)
 
     def _is_done(self, fig: Any) -> bool:
         return id(fig) in self._done
 
     def _attach(self, fig: Any, seen: bytes | None = None) -> None:
         """Render and attach `fig`; with `seen` (an earlier attachment's digest) only if it changed."""
+        if self._done is _NO_FIGURES:
+            self._done = {}
         if len(self.attachments) >= self.limits.max_figures:
             if self.limits.max_figures and seen is None:
                 self._done[id(fig)] = fig
@@ -286,19 +286,27 @@ class FigureRun:
         )
 
 
+def _current_run() -> FigureRun | None:
+    run = current()
+    return run if type(run) is FigureRun else None  # a plain capture: a guarded call, not a run
+
+
 def show_figures() -> None:
     """Called by the backend's `show()`: hand the current execution its figures (no-op outside one)."""
-    run = _current.get()
+    run = _current_run()
     if run is not None:
         run.show()
 
 
 def tag_new_figure(fig: Any) -> None:
     """A `figure.hooks` entry and the backend's manager call this for every new pyplot figure."""
-    run = _current.get()
+    run = _current_run()
     if run is not None and getattr(fig, _TAG, None) is None:
         setattr(fig, _TAG, run.owner)
-        run._created.append(fig)
+        if run._created is None:
+            run._created = [fig]
+        else:
+            run._created.append(fig)
 
 
 def png_size(data: bytes) -> tuple[int | None, int | None]:
@@ -318,8 +326,8 @@ def _prepare_matplotlib() -> None:
             _process.environment_checked = True
             if importlib.util.find_spec("matplotlib"):
                 # Not os.environ["MPLBACKEND"]: that would change the host's matplotlib and every
-                # process it starts. An audit hook sees the execution's code import pyplot instead.
-                sys.addaudithook(_on_import)
+                # process it starts. A finder sees the execution's code import pyplot instead.
+                sys.meta_path.insert(0, _import_watch)
         return
     rc = mpl.rcParams
     # dict's own lookup: reads without resolving the "auto" backend, and skips RcParams' checks.
@@ -331,22 +339,42 @@ def _prepare_matplotlib() -> None:
         rc["figure.hooks"] = [*hooks, _HOOK]
 
 
-def _on_import(event: str, args: tuple[Any, ...]) -> None:
-    """Make pyplot headless when an execution's code imports it (matplotlib was not imported before).
+class _ImportWatch:
+    """Makes pyplot headless when an execution's code imports it (matplotlib was not imported before).
 
-    pyplot resolves its backend on the first figure; the modules pyplot imports are imported after
-    matplotlib itself finished initializing (it reads the host's MPLBACKEND last), and before that
-    first figure. Outside an execution this does nothing: the host's own imports are its business.
+    A finder on `sys.meta_path`, first, that finds nothing (every import goes on as without it):
+    Python asks it about each module not imported yet. pyplot resolves its backend on its first
+    figure; pyplot and the modules it imports are looked up after matplotlib itself finished
+    initializing (it reads the host's MPLBACKEND last), and before that first figure. Outside an
+    execution it does nothing: the host's own imports are its business.
+
+    Not an audit hook: a hook is called for every audit event of the process from then on (each
+    `exec`, `compile`, `id()` of the host's code and of every run: a Python call each, about a
+    tenth of a trivial run's cost under a restricted policy) and can never be removed.
     """
-    if event != "import" or _current.get() is None or not str(args[0]).startswith("matplotlib."):
-        return
-    mpl = sys.modules.get("matplotlib")
-    spec = getattr(mpl, "__spec__", None)
-    if mpl is None or spec is None or getattr(spec, "_initializing", False):
-        return
-    # Host-side bookkeeping must not fail the import; FigureRun.enter retries before the next run.
-    with contextlib.suppress(Exception):
-        _prepare_matplotlib()
+
+    __slots__ = ("_busy",)
+
+    def __init__(self) -> None:
+        self._busy = False  # preparing: imports made meanwhile are matplotlib's own
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if self._busy or not name.startswith("matplotlib.") or _current_run() is None:
+            return
+        mpl = sys.modules.get("matplotlib")
+        spec = getattr(mpl, "__spec__", None)
+        if mpl is None or spec is None or getattr(spec, "_initializing", False):
+            return
+        # Host-side bookkeeping must not fail the import; FigureRun.enter retries before the next run.
+        self._busy = True
+        try:
+            with contextlib.suppress(Exception):
+                _prepare_matplotlib()
+        finally:
+            self._busy = False
+
+
+_import_watch = _ImportWatch()
 
 
 def _keep_backend(name: str | None) -> bool:
@@ -481,9 +509,13 @@ def table_kind(obj: Any) -> str | None:
 
     Decided from the type's module name, so it never imports pandas or numpy.
     """
-    if id(type(obj)) in _PLAIN_TYPES:
-        return None  # the common case (a trailing `x`), without walking the MRO
-    for cls in type(obj).__mro__:
+    t = type(obj)
+    # The common case (a trailing `x`), without walking the MRO. Only for classes whose metaclass is
+    # `type`: hashing another class may run its metaclass's code. (This was `id(type(obj)) in`, never
+    # true, and `id()` is an audit event a restricted policy's hook judges.)
+    if type(t) is type and t in _PLAIN_TYPES:
+        return None
+    for cls in t.__mro__:
         module = getattr(cls, "__module__", None) or ""
         if (module == "pandas" or module.startswith("pandas.")) and cls.__name__ in ("DataFrame", "Series"):
             return cls.__name__

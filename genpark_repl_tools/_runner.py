@@ -10,19 +10,30 @@ from __future__ import annotations
 import builtins
 import difflib
 import os
+import sys
 import time
 import traceback as _traceback
 from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any
 
-from ._capture import Capture, OutputCapture, route, unroute
+from ._capture import BoundedText, Capture, OutputCapture, TextSink, exit_execution
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
-from ._introspect import describe_fields, type_name, value_repr, variable_name
+from ._introspect import SCALAR_TYPES, bounded_repr, describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
-from ._models import Attachment, ErrorInfo, ExecutionResult, Usage, VariableChanges, VariableInfo, assemble
+from ._models import (
+    UNSET,
+    Attachment,
+    ErrorInfo,
+    ExecutionResult,
+    Usage,
+    VariableChanges,
+    VariableInfo,
+    assemble,
+    builder,
+)
 from ._rich import FigureRun
-from ._session import Session, call_armed
+from ._session import Session
 from ._text import clean
 from ._watchdog import ExecutionCancelled, ExecutionTimeout, watchdog
 from .policy._runtime import PolicyRuntime
@@ -35,16 +46,9 @@ _MAX_TB_FRAMES = 30
 _LATE_STOP_NOTE_S = 0.5
 OUT_OF_MEMORY = "out of memory"
 
-
-class _Outcome:
-    __slots__ = ("changes", "error", "value", "value_truncated", "value_type")
-
-    def __init__(self) -> None:
-        self.error: ErrorInfo | None = None
-        self.value: str | None = None
-        self.value_type: str | None = None
-        self.value_truncated = False
-        self.changes: VariableChanges | None = None
+_perf_counter = time.perf_counter
+_thread_time_ns = time.thread_time_ns  # usage (issue 19): CPU of the thread that runs the cell
+_monotonic = time.monotonic
 
 
 def run_cell(
@@ -60,47 +64,20 @@ def run_cell(
     `capture_factory(limit)` makes the execution's output capture; a subprocess worker passes one
     that writes through to its file descriptors.
     """
-    started = time.perf_counter()
-    cpu_started = time.thread_time_ns()  # usage (issue 19): CPU of the thread that runs the cell
-    session.execution_count += 1
-    session.last_used = time.monotonic()
-    # The result's fields, made here with the types the model declares (every string from user
-    # code cleaned where it is made) and assembled without validating them again (_models.assemble).
-    fields: dict[str, Any] = {
-        "status": "ok",
-        "session": session.name,
-        "execution_count": session.execution_count,
-        "policy": runtime.name,
-        "boundary": boundary,
-        "session_restarted": session.restarted,
-    }
+    started = _perf_counter()
+    cpu_started = _thread_time_ns()
+    count = session.execution_count = session.execution_count + 1
+    session.last_used = _monotonic()
+    restarted = session.restarted
     session.restarted = False
+    if cell.syntax_error is not None or cell.findings:
+        return _refused(session, cell, runtime, boundary, restarted, started, cpu_started)
 
-    if cell.syntax_error is not None:
-        fields.update(
-            status="error", error=cell.syntax_error, duration_ms=_ms(started), usage=_cpu(cpu_started)
-        )
-        return assemble(ExecutionResult, fields)
-    if cell.findings:
-        first = cell.findings[0]
-        error = ErrorInfo(
-            type="PolicyViolation",
-            message=first.message,
-            line=first.line,
-            column=first.column,
-            source_line=first.source_line,
-            hint="Rewrite the code using only what the message above says is allowed.",
-        )
-        fields.update(
-            status="blocked",
-            error=error,
-            findings=list(cell.findings),
-            duration_ms=_ms(started),
-            usage=_cpu(cpu_started),
-        )
-        return assemble(ExecutionResult, fields)
-
-    _remember_source(session, cell)
+    sources = session.sources  # source lines for tracebacks, the most recent last
+    sources.pop(cell.filename, None)
+    sources[cell.filename] = (count, cell.lines)
+    while len(sources) > _SOURCES_KEPT:
+        del sources[next(iter(sources))]
     ns = session.namespace
     if cell.global_names:
         session.global_names = session.global_names | cell.global_names
@@ -111,7 +88,10 @@ def run_cell(
         before: dict[str, Any] = dict(ns)
     else:
         watched = cell.names | session.global_names if session.global_names else cell.names
-        before = {k: ns.get(k, _MISSING) for k in watched}
+        before = {}
+        get = ns.get
+        for name in watched:  # a loop, not a comprehension: no function call on 3.10-3.11
+            before[name] = get(name, _MISSING)
     # Once a session imported a module that can change process-wide state, check that state after
     # each of its runs (functions defined earlier may do it later); other sessions pay nothing.
     if cell.touches_host:
@@ -119,92 +99,194 @@ def run_cell(
     host_cwd = os.getcwd() if session.touches_host else None
     host_builtins = dict(builtins.__dict__) if session.touches_host else None
 
-    capture = capture_factory(limits.max_output_chars)
-    outcome = _Outcome()
-    figures = FigureRun(session.figures, limits)
-    figures.enter()  # host code, before the guards: may make pyplot headless before the cell imports it
-    routed = route(capture)  # `with capturing(capture)`, without its object
+    if capture_factory is Capture:  # the default capture's two buffers, without its own object
+        out: TextSink = BoundedText(limits.max_output_chars)
+        err: TextSink = BoundedText(limits.max_output_chars)
+    else:
+        capture = capture_factory(limits.max_output_chars)
+        out, err = capture.stdout, capture.stderr
+    # The execution's context: its figures, and (standing in for a capture) its output routing.
+    figures = FigureRun(session.figures, limits, out, err)
+    # Host code, before the guards: may make pyplot headless before the cell imports it.
+    routed = figures.enter()
     try:
-        watchdog.start()  # outside the sandbox: starting a thread is refused inside it
+        if not watchdog.started:
+            watchdog.start()  # outside the sandbox: starting a thread is refused inside it
         token = runtime.enter(session.builtins)
-        # ExecutionTimeout is the only exception expected back: _guarded turns the cell's own into data.
-        _, stopped = call_armed(
-            limits.timeout_s,
-            session,
-            _guarded,
-            cell,
-            ns,
-            session,
-            limits,
-            before,
-            full_diff,
-            outcome,
-            host_builtins,
-            figures,
-        )
-        figures.exit()  # closes what the cell left open, also after a timeout
+        # `call_armed(limits.timeout_s, session, _guarded, ...)` inline (see its contract): the slot is
+        # marked done in this frame right after the guarded code returns. ExecutionTimeout is the
+        # only exception expected back: _guarded turns the cell's own into data.
+        slot = watchdog.arm(limits.timeout_s)
+        session.running = slot
+        if session.cancel_pending:
+            watchdog.cancel(slot)
+        outcome: _Outcome | None = None
+        stopped: BaseException | None = None
+        try:
+            outcome = _guarded(cell, ns, session, limits, before, full_diff, host_builtins, figures)
+            slot.done = True
+        except BaseException as exc:
+            slot.done = True
+            stopped = exc
+        try:
+            watchdog.release(slot)
+        except ExecutionTimeout:
+            watchdog.release(slot)
+        session.running = None
+        if "matplotlib.pyplot" in sys.modules:  # FigureRun.close's own first test, without the call
+            figures.close()  # what the cell left open, also after a timeout
         runtime.exit(token)
     finally:
-        unroute(routed)
+        exit_execution(routed)
     if host_builtins is not None:
         _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
     if host_cwd is not None and os.getcwd() != host_cwd:
         os.chdir(host_cwd)  # trusted code may chdir; the host's cwd is not the session's to change
 
-    duration = _ms(started)
-    out, err = capture.stdout, capture.stderr
-    fields["stdout"] = out.getvalue()
-    fields["stderr"] = err.getvalue()
-    if out.truncated:
-        fields["stdout_truncated"] = True
-    if err.truncated:
-        fields["stderr_truncated"] = True
-    fields["duration_ms"] = duration
+    # Rounded to the microsecond, as round(ms, 3) would, without its decimal conversion.
+    duration = round((_perf_counter() - started) * 1e6) / 1000
+    stdout, stdout_cut = _text(out)
+    stderr, stderr_cut = _text(err)
+    # The result's fields, made here with the types the model declares (every string from user
+    # code cleaned where it is made) and assembled without validating them again (_models.builder).
+    attachments: list[Attachment] = UNSET
     notes: list[str] = []
     if figures.attachments or figures.notes:
-        fields["attachments"] = [_clean_attachment(a) for a in figures.attachments]
+        attachments = [_clean_attachment(a) for a in figures.attachments]
         notes = [clean(note) for note in figures.notes]  # figure titles and messages are the code's
-    fields["notes"] = notes
-    fields["usage"] = _cpu(cpu_started)
-    if isinstance(stopped, ExecutionTimeout):  # ExecutionCancelled is one
-        cancelled = isinstance(stopped, ExecutionCancelled)
-        fields.update(
-            status="cancelled" if cancelled else "timeout",
-            error=_timeout_error(stopped, session, cell, limits, duration),
-        )
-        late = duration / 1000 - limits.timeout_s
-        if not cancelled and late > _LATE_STOP_NOTE_S:
-            notes.append(
-                f"The code was inside a C-level call when the time ran out and could only be stopped "
-                f"{late:.1f} s later. The in-process boundary cannot interrupt C code; "
-                f"boundary='subprocess' kills it on time."
-            )
-        return assemble(ExecutionResult, fields)
-    if stopped is not None:
-        # A failure of the engine itself while describing the run; report it, keep the host alive.
-        fields.update(
-            status="error",
-            error=ErrorInfo(
+    usage = _usage((_thread_time_ns() - cpu_started) // 1000 / 1000)
+    status = "ok"
+    error: ErrorInfo = UNSET
+    value = value_type = value_truncated = changes = UNSET
+    if outcome is None:
+        if isinstance(stopped, ExecutionTimeout):  # ExecutionCancelled is one
+            cancelled = isinstance(stopped, ExecutionCancelled)
+            status = "cancelled" if cancelled else "timeout"
+            error = _timeout_error(stopped, session, cell, limits, duration)
+            late = duration / 1000 - limits.timeout_s
+            if not cancelled and late > _LATE_STOP_NOTE_S:
+                notes.append(
+                    f"The code was inside a C-level call when the time ran out and could only be stopped "
+                    f"{late:.1f} s later. The in-process boundary cannot interrupt C code; "
+                    f"boundary='subprocess' kills it on time."
+                )
+        else:  # a failure of the engine itself while describing the run; report it, keep the host alive
+            status = "error"
+            error = ErrorInfo(
                 type="InternalError",
                 message=clean(f"{type(stopped).__name__} while describing the result: {stopped}"[:500]),
                 hint="The code itself ran; its variables are kept. Please report this as a bug.",
-            ),
+            )
+    else:
+        shown, found, failure = outcome
+        if shown is not None:
+            value, value_truncated, value_type = shown
+        if found is not None:
+            changes = found
+        if failure is not None:
+            error = failure
+            if failure.type == "SystemExit" and failure.message in ("0", "None", ""):
+                notes.append("SystemExit does not end the session; its variables are kept.")
+            else:
+                status = "error"
+    return _result(
+        status,
+        session.name,
+        count,
+        runtime.name,
+        boundary,
+        restarted,
+        stdout,
+        stderr,
+        duration,
+        notes,
+        usage,
+        stdout_truncated=True if stdout_cut else UNSET,
+        stderr_truncated=True if stderr_cut else UNSET,
+        value=value,
+        value_type=value_type,
+        value_truncated=value_truncated,
+        error=error,
+        changes=changes,
+        attachments=attachments,
+    )
+
+
+# The result of a cell that ran: these fields always, the optional ones when they say something.
+_result = builder(
+    ExecutionResult,
+    "status",
+    "session",
+    "execution_count",
+    "policy",
+    "boundary",
+    "session_restarted",
+    "stdout",
+    "stderr",
+    "duration_ms",
+    "notes",
+    "usage",
+    optional=(
+        "stdout_truncated",
+        "stderr_truncated",
+        "value",
+        "value_type",
+        "value_truncated",
+        "error",
+        "changes",
+        "attachments",
+    ),
+)
+_usage = builder(Usage, "cpu_ms")
+
+
+def _text(sink: TextSink) -> tuple[str, bool]:
+    """A stream's text and whether it was cut (an empty BoundedText, the common case, directly)."""
+    if isinstance(sink, BoundedText) and not sink.total:
+        return "", False
+    return sink.getvalue(), sink.truncated
+
+
+def _refused(
+    session: Session,
+    cell: CompiledCell,
+    runtime: PolicyRuntime,
+    boundary: str,
+    restarted: bool,
+    started: float,
+    cpu_started: int,
+) -> ExecutionResult:
+    """The result of a cell that does not run: a syntax error, or refused by the policy's audit."""
+    fields: dict[str, Any] = {
+        "status": "error",
+        "session": session.name,
+        "execution_count": session.execution_count,
+        "policy": runtime.name,
+        "boundary": boundary,
+        "session_restarted": restarted,
+    }
+    if cell.syntax_error is not None:
+        fields["error"] = cell.syntax_error
+    else:
+        first = cell.findings[0]
+        fields["status"] = "blocked"
+        fields["error"] = ErrorInfo(
+            type="PolicyViolation",
+            message=first.message,
+            line=first.line,
+            column=first.column,
+            source_line=first.source_line,
+            hint="Rewrite the code using only what the message above says is allowed.",
         )
-        return assemble(ExecutionResult, fields)
-    if outcome.value is not None:
-        fields["value"] = outcome.value
-        fields["value_type"] = outcome.value_type
-        fields["value_truncated"] = outcome.value_truncated
-    if outcome.changes is not None:
-        fields["changes"] = outcome.changes
-    failure = outcome.error
-    if failure is not None:
-        fields["error"] = failure
-        if failure.type == "SystemExit" and failure.message in ("0", "None", ""):
-            notes.append("SystemExit does not end the session; its variables are kept.")
-        else:
-            fields["status"] = "error"
+        fields["findings"] = list(cell.findings)
+    fields["duration_ms"] = round((_perf_counter() - started) * 1e6) / 1000
+    fields["usage"] = _cpu(cpu_started)
     return assemble(ExecutionResult, fields)
+
+
+# What the guarded region found: (the trailing value's repr, whether it was cut, its type name),
+# the variable changes, the cell's error.
+_Outcome = tuple["tuple[str, bool, str] | None", "VariableChanges | None", "ErrorInfo | None"]
 
 
 def _guarded(
@@ -214,30 +296,34 @@ def _guarded(
     limits: Limits,
     before: dict[str, Any],
     full_diff: bool,
-    outcome: _Outcome,
     host_builtins: dict[str, Any] | None,
     figures: FigureRun,
-) -> None:
+) -> _Outcome:
     """Everything that may run user code: the cell, its value's repr, reprs of changed variables,
     the drawing of its figures."""
+    value = None
+    shown = None
+    error = None
     try:
-        value = None
         try:
             if cell.body is not None:
                 exec(cell.body, ns)
         finally:
             if cell.has_value:  # also after an error or a timeout: the name must not stay behind
                 value = ns.pop(VALUE_NAME, None)
-            _restore_builtins(host_builtins)
+            if host_builtins is not None:
+                _restore_builtins(host_builtins)
         if value is not None:
-            outcome.value, outcome.value_truncated = value_repr(value, limits.max_repr_chars)
-            outcome.value_type = type_name(value)
+            text, truncated = value_repr(value, limits.max_repr_chars)
+            shown = (text, truncated, type_name(value))
     except ExecutionTimeout:
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... are the cell's, not the host's
-        outcome.error = _error_info(exc, session, cell, limits.max_output_chars)
-    outcome.changes = _changes(ns, before, full_diff, limits.max_repr_chars)
-    figures.collect(value)
+        error = _error_info(exc, session, cell, limits.max_output_chars)
+    changes = _changes(ns, before, full_diff, limits.max_repr_chars)
+    if "matplotlib" in sys.modules:  # FigureRun.collect's own first test, without the call
+        figures.collect(value)
+    return shown, changes, error
 
 
 def _clean_attachment(attachment: Attachment) -> Attachment:
@@ -247,9 +333,9 @@ def _clean_attachment(attachment: Attachment) -> Attachment:
     return attachment.model_copy(update={"description": description})
 
 
-def _restore_builtins(saved: dict[str, Any] | None) -> None:
+def _restore_builtins(saved: dict[str, Any]) -> None:
     # Trusted code may change the host's builtins module, which every session and the host share.
-    if saved is not None and builtins.__dict__ != saved:
+    if builtins.__dict__ != saved:
         builtins.__dict__.clear()
         builtins.__dict__.update(saved)
 
@@ -284,10 +370,18 @@ def _changes(
             rebound.append(_variable(name, new, limit))
     if not (created or rebound or deleted):
         return None
-    return assemble(VariableChanges, {"created": created, "rebound": rebound, "deleted": deleted})
+    return _variable_changes(created, rebound, deleted)
+
+
+_variable_changes = builder(VariableChanges, "created", "rebound", "deleted")
+_scalar_variable = builder(VariableInfo, "name", "type", "repr", "repr_truncated")
 
 
 def _variable(name: str, value: Any, limit: int) -> VariableInfo:
+    t = type(value)
+    if type(t) is type and t in SCALAR_TYPES:  # describe_fields' first case, without its dict
+        text, truncated = bounded_repr(value, limit)
+        return _scalar_variable(variable_name(name, limit), t.__name__, text, truncated)
     fields = describe_fields(name, value, limit)
     # Sizes read by duck typing may be int subclasses (a bool, an IntEnum): the model holds exact
     # ints, as validation would make them (`int.__int__` runs no method of the subclass).
@@ -304,20 +398,8 @@ def _defines_functions(code: CodeType) -> bool:
     return any(isinstance(c, CodeType) for c in code.co_consts)
 
 
-def _remember_source(session: Session, cell: CompiledCell) -> None:
-    sources = session.sources
-    sources.pop(cell.filename, None)  # re-inserted last: the most recent
-    sources[cell.filename] = (session.execution_count, cell.lines)
-    while len(sources) > _SOURCES_KEPT:
-        del sources[next(iter(sources))]
-
-
-def _ms(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)
-
-
 def _cpu(started_ns: int) -> Usage:
-    return assemble(Usage, {"cpu_ms": (time.thread_time_ns() - started_ns) // 1000 / 1000})
+    return _usage((_thread_time_ns() - started_ns) // 1000 / 1000)
 
 
 # ---- errors ---------------------------------------------------------------------------------------

@@ -191,6 +191,11 @@ class SessionTable(Generic[S]):
 
     def get_or_create(self, name: str, create: Callable[[str], S]) -> S:
         """The session, made with `create(name)` (under `lock`) on first use; CapacityError at the cap."""
+        # A session that exists is found without the lock (a dict read is atomic; the lock would
+        # only order it before or after a concurrent pop, which a caller cannot tell apart either).
+        item = self._items.get(name)
+        if item is not None:
+            return item
         with self.lock:
             item = self._items.get(name)
             if item is None:

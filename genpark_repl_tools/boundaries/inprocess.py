@@ -96,31 +96,37 @@ class InProcessBoundary(BaseBoundary):
     # ---- contract -------------------------------------------------------------------------------
 
     def execute(self, request: ExecutionRequest) -> ExecutionResult:
-        self._check_open()
-        session = self._sessions.get_or_create(request.session, self._new_session)
-        cell = compile_cell(request.code, self._runtime)
+        if self._closed:
+            self._check_open()
+        name = request.session
+        session = self._sessions.get_or_create(name, self._new_session)
+        runtime = self._runtime
+        cell = compile_cell(request.code, runtime)
         limits = self.limits
         if request.timeout_s is not None and request.timeout_s != limits.timeout_s:
             limits = limits.model_copy(update={"timeout_s": request.timeout_s})
         # Code under a restricted policy with files uses its session's own directory (made once).
         token = None
         if self._own_dirs:
-            token = session_workspace.set(self._workspace_path(request.session, make=True))
+            token = session_workspace.set(self._made.get(name) or self._workspace_path(name, make=True))
+        lock = session.lock
         try:
-            with session.lock:
+            lock.acquire()  # not `with`: twice as cheap on CPython 3.11, once per run
+            try:
                 if request.cancelled:
-                    return cancelled_before_start(
-                        request, self.policy.name, self.name, session.execution_count
-                    )
-                self._running[request.session] = request
+                    count = session.execution_count
+                    return cancelled_before_start(request, self.policy.name, self.name, count)
+                self._running[name] = request
                 try:
                     if request.on_output is None:
-                        return run_cell(session, cell, self._runtime, limits, self.name)
+                        return run_cell(session, cell, runtime, limits, self.name)
                     streaming = functools.partial(StreamingCapture, on_output=request.on_output)
-                    return run_cell(session, cell, self._runtime, limits, self.name, streaming)
+                    return run_cell(session, cell, runtime, limits, self.name, streaming)
                 finally:
-                    self._running.pop(request.session, None)
+                    self._running.pop(name, None)
                     session.cancel_pending = False
+            finally:
+                lock.release()
         finally:
             if token is not None:
                 session_workspace.reset(token)

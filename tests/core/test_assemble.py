@@ -140,3 +140,29 @@ def test_a_run_that_changes_nothing_reports_no_changes_and_one_that_does_reports
         rebound = engine.run("x = 2\ndel y")
     assert same.changes == VariableChanges()
     assert [v.name for v in rebound.changes.rebound] == ["x"] and rebound.changes.deleted == ["y"]
+
+
+def test_a_builder_makes_what_assemble_makes_from_the_same_fields() -> None:
+    from genpark_repl_tools._models import UNSET, builder
+
+    build = builder(ExecutionResult, "status", "session", optional=("value", "changes", "notes"))
+    given = build("ok", "s", value="42", changes=UNSET, notes=["a note"])
+    values = {"status": "ok", "session": "s", "value": "42", "notes": ["a note"]}
+    assert given == assemble(ExecutionResult, values)
+    assert given.model_fields_set == {"status", "session", "value", "notes"}
+    assert list(given.__dict__) == list(ExecutionResult.model_fields)  # the model's own order (repr)
+    first, second = build("ok", "s"), build("ok", "s")
+    assert first.model_fields_set == {"status", "session"}
+    first.changes.created.append(VariableInfo(name="x", type="int", repr="1"))
+    first.notes.append("mine")
+    assert second.changes.created == [] and second.notes == [] and first.usage is not second.usage
+    _check(first)
+
+
+def test_a_builder_refuses_fields_the_model_does_not_have_or_needs() -> None:
+    from genpark_repl_tools._models import builder
+
+    with pytest.raises(TypeError, match="no fields"):
+        builder(ExecutionResult, "status", "session", "nonsense")
+    with pytest.raises(TypeError, match="session"):
+        builder(ExecutionResult, "status")

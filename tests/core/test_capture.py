@@ -148,3 +148,27 @@ def test_stderr_is_captured_apart_from_stdout_and_the_host_stream_is_back(
     assert (result.stdout, result.stderr) == ("fine\n", "careful\n")
     assert sys.stderr is before
     assert capsys.readouterr().err == ""  # nothing leaked to the host's stream
+
+
+def test_an_execution_that_fails_to_start_leaves_no_routing_and_no_count_behind() -> None:
+    from genpark_repl_tools import _capture
+    from genpark_repl_tools._compile import compile_cell
+    from genpark_repl_tools._runner import run_cell
+    from genpark_repl_tools._session import Session
+    from genpark_repl_tools.policy import Policy
+    from genpark_repl_tools.policy._runtime import TrustedRuntime
+
+    class Refusing(TrustedRuntime):
+        def enter(self, session_builtins: dict[str, object] | None = None) -> object:
+            raise RuntimeError("the guards could not be entered")
+
+    runtime = Refusing(Policy.trusted())
+    out_before, err_before = sys.stdout, sys.stderr
+    with pytest.raises(RuntimeError, match="could not be entered"):
+        run_cell(Session("s", runtime), compile_cell("x = 1", runtime), runtime, Limits(), "inprocess")
+    assert sys.stdout is out_before and sys.stderr is err_before
+    # The failed execution is not counted as still running: the next one runs alone (figures
+    # nobody tagged are claimed only by an execution that ran alone).
+    token, _, alone = _capture.enter_execution(_capture.Capture(100))
+    _capture.exit_execution(token)
+    assert alone

@@ -105,3 +105,44 @@ def test_a_headless_backend_the_host_chose_is_kept_and_figures_are_still_png() -
     out = _run(HOST_CHOSE, "svg")
     assert (out["status"], out["backend"], out["open"]) == ("ok", "svg", [])
     assert out["images"] == [["image/png", 640, 480]]
+
+
+NO_AUDIT_HOOK = r"""
+import json, sys
+added = []
+real = sys.addaudithook
+sys.addaudithook = lambda hook: (added.append(getattr(hook, "__qualname__", repr(hook))), real(hook))[1]
+from genpark_repl_tools import ReplEngine
+with ReplEngine(policy="trusted") as engine:
+    engine.run("x = 1")
+    result = engine.run("import matplotlib\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+                        "matplotlib.get_backend()")
+print(json.dumps({"status": result.status, "value": result.value, "images": len(result.attachments),
+                  "hooks": added}))
+"""
+
+
+def test_pyplot_imported_by_a_cell_is_made_headless_without_an_audit_hook() -> None:
+    # An audit hook would be called for every audit event of the host process from then on.
+    out = _run(NO_AUDIT_HOOK, env={"MPLBACKEND": "TkAgg", "DISPLAY": ":99"})
+    assert out == {"status": "ok", "value": repr(BACKEND), "images": 1, "hooks": []}
+
+
+NO_ID_EVENTS = r"""
+import json, sys
+from genpark_repl_tools import ReplEngine
+seen = []
+with ReplEngine(policy="trusted") as engine:
+    engine.run("x = 1")
+    sys.addaudithook(lambda event, args: seen.append(event) if event == "builtins.id" else None)
+    result = engine.run("x = 2\ny = x * 2\ns = 'text'\ny")
+described = [v.name for v in result.changes.created + result.changes.rebound]
+print(json.dumps({"value": result.value, "described": described, "ids": len(seen)}))
+"""
+
+
+def test_describing_plain_values_raises_no_audit_event() -> None:
+    # id() is an audit event: under a restricted policy its hook judges each one. Plain values (a
+    # trailing int, the variables a cell bound) are described without calling it.
+    out = _run(NO_ID_EVENTS)
+    assert out == {"value": "4", "described": ["s", "y", "x"], "ids": 0}
