@@ -31,7 +31,7 @@ from ..._boundary import ExecutionRequest, cancelled_before_start
 from ..._compile import compile_cell
 from ..._exceptions import VariableNotFound
 from ..._limits import Limits
-from ..._models import ErrorInfo, ExecutionResult
+from ..._models import ErrorInfo, ExecutionResult, set_field
 from ..._runner import OUT_OF_MEMORY, run_cell
 from ..._session import Session
 from ..._text import clean
@@ -210,9 +210,9 @@ class _Worker:
             try:
                 if rid in self.cancelled:
                     self.cancelled.discard(rid)
-                    reply_kind, reply = P.RESULT, self._cancelled(payload)
+                    reply_kind, reply = self._cancelled(payload)
                 elif kind == P.EXEC:
-                    reply_kind, reply = P.RESULT, self._exec(payload)
+                    reply_kind, reply = self._exec(payload)
                 else:
                     try:
                         reply_kind, reply = self._query(kind, payload)
@@ -242,15 +242,15 @@ class _Worker:
             elif rid > self.started:
                 self.cancelled.add(rid)
 
-    def _cancelled(self, payload: bytes) -> bytes:
+    def _cancelled(self, payload: bytes) -> tuple[int, bytes]:
         del payload
         request = ExecutionRequest("", self.session.name)
         result = cancelled_before_start(
             request, self.runtime.name, self.boundary, self.session.execution_count
         )
-        return _to_json(result)
+        return _reply(result)
 
-    def _exec(self, payload: bytes) -> bytes:
+    def _exec(self, payload: bytes) -> tuple[int, bytes]:
         code, timeout_s = P.decode_exec(payload)
         started = time.perf_counter()
         own, children = _rusage()
@@ -267,15 +267,16 @@ class _Worker:
             # usage (issue 19): the whole worker's CPU, and its peak memory (a process high-water mark)
             own, children = _rusage()
             cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-            result.usage.cpu_ms = round((cpu - cpu_started) * 1000, 3)
-            result.usage.peak_memory_mb = _peak_memory_mb(own)
+            usage = result.usage
+            set_field(usage, "cpu_ms", round((cpu - cpu_started) * 1000, 3))
+            set_field(usage, "peak_memory_mb", _peak_memory_mb(own))
             error = result.error
             if error is not None and error.message == OUT_OF_MEMORY and limits.memory_mb:
                 # The worker's address-space cap is what ran out: say so (Python's MemoryError is silent).
                 error.message = (
                     f"the worker's memory limit of {limits.memory_mb} MiB (Limits.memory_mb) was reached"
                 )
-            return _to_json(result)
+            return _reply(result)
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
             fallback = ExecutionResult(
                 status="error",
@@ -290,7 +291,7 @@ class _Worker:
                     hint="The session is still alive; retry with smaller values or output.",
                 ),
             )
-            return _to_json(fallback)
+            return P.RESULT, _to_json(fallback)
 
     def _limits_for(self, timeout_s: float) -> Limits:
         limits = self._limits_by_timeout.get(timeout_s)
@@ -373,6 +374,13 @@ def _checked_snapshot_class() -> type[SessionSnapshot]:
 
 # The result as UTF-8 JSON bytes in one step (model_dump_json would build a str to encode again).
 _to_json = ExecutionResult.__pydantic_serializer__.to_json
+
+
+def _reply(result: ExecutionResult) -> tuple[int, bytes]:
+    lean = P.encode_lean_result(result)
+    if lean is not None:
+        return P.LEAN_RESULT, lean
+    return P.RESULT, _to_json(result)
 
 
 def _rusage() -> tuple[resource.struct_rusage, resource.struct_rusage]:
