@@ -368,3 +368,17 @@ def test_frames_of_any_size_come_out_whole_and_in_order() -> None:
             got.append(frame)
     assert got == [(P.RESULT, 1, b"small"), (P.SNAPSHOT_DATA, 2, big), (P.ACK, 3, b"")]
     assert not frames.pending()
+
+
+def test_next_from_takes_a_whole_frame_and_buffers_the_rest() -> None:
+    frames = P.FrameBuffer()
+    one = P.encode(P.EXEC, b"payload", 7)
+    assert frames.next_from(one) == (P.EXEC, 7, b"payload")
+    assert not frames.pending()
+    two = one + P.encode(P.RESET, b"", 8)
+    assert frames.next_from(two[:5]) is None  # a header split across reads
+    assert frames.next_from(two[5:]) == (P.EXEC, 7, b"payload")
+    assert frames.next_tagged() == (P.RESET, 8, b"")
+    assert frames.next_from(P.encode(P.ACK, b"", 9)) == (P.ACK, 9, b"")
+    with pytest.raises(P.ProtocolError, match="exceeds"):
+        frames.next_from(P.HEADER.pack(P.MAX_FRAME + 1, P.RESULT, 1))

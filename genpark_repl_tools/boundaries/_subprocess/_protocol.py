@@ -325,6 +325,16 @@ class FrameBuffer:
         frame = self.next_tagged()
         return None if frame is None else (frame[0], frame[2])
 
+    def next_from(self, data: bytes) -> tuple[int, int, bytes] | None:
+        """`feed(data)`, then `next_tagged()`; `data` that is exactly one whole frame (a request, a
+        reply: what one read of a quiet socket returns) is taken apart without buffering it."""
+        if not self._buf and len(data) >= HEADER.size:
+            length, kind, rid = HEADER.unpack_from(data)
+            if len(data) == HEADER.size + length:
+                return kind, rid, data[HEADER.size :]
+        self._buf += data
+        return self.next_tagged()
+
     def next_tagged(self) -> tuple[int, int, bytes] | None:
         """The next whole frame as (kind, request id, payload), or None."""
         buf = self._buf

@@ -194,14 +194,16 @@ class _Worker:
     def loop(self) -> None:
         P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
         frames = P.FrameBuffer()
+        sock = self.sock
         while True:
             frame = frames.next_tagged()
             if frame is None:
-                data = self.sock.recv(1 << 16)  # one syscall per request, however it is framed
+                data = sock.recv(1 << 16)  # one syscall per request, however it is framed
                 if not data:
                     return
-                frames.feed(data)
-                continue
+                frame = frames.next_from(data)
+                if frame is None:
+                    continue
             kind, rid, payload = frame
             if kind == P.LOAD_PART:  # part of a large snapshot: kept until its LOAD, no reply
                 self._parts.append(payload)
@@ -222,7 +224,7 @@ class _Worker:
                 self.current = 0
                 self.session.cancel_pending = False
             _flush_all()
-            P.send_frame(self.sock, reply_kind, reply, rid=rid)
+            sock.sendall(P.encode(reply_kind, reply, rid))
 
     def on_interrupt(self, signum: int, frame: Any) -> None:
         """SIGUSR1: the host wrote request ids to stop into the interrupt pipe.
