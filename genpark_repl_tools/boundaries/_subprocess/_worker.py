@@ -111,9 +111,21 @@ class _FdCapture:
 
     __slots__ = ("stderr", "stdout")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self) -> None:
         self.stdout = _STDOUT
         self.stderr = _STDERR
+
+
+_CAPTURE = _FdCapture()
+
+
+def _capture_for_call(limit: int) -> _FdCapture:
+    """The runner's capture factory. One capture serves every call: it holds no text, only the two
+    descriptors' writers, whose eager-line count starts over here (the host applies `limit`)."""
+    del limit
+    _STDOUT.start_call()
+    _STDERR.start_call()
+    return _CAPTURE
 
 
 @functools.cache
@@ -260,11 +272,9 @@ class _Worker:
         try:
             limits = self._limits_for(timeout_s)
             cell = compile_cell(code, self.runtime)
-            _STDOUT.start_call()
-            _STDERR.start_call()
             with self.session.lock:
                 result = run_cell(
-                    self.session, cell, self.runtime, limits, self.boundary, capture_factory=_FdCapture
+                    self.session, cell, self.runtime, limits, self.boundary, capture_factory=_capture_for_call
                 )
             # usage (issue 19): the whole worker's CPU, and its peak memory (a process high-water mark)
             own, children = _rusage()
