@@ -196,7 +196,8 @@ class SubprocessBoundary(BaseBoundary):
     def execute(self, request: ExecutionRequest) -> ExecutionResult:
         self._check_open()
         while True:
-            state = self._session_for_run(request.session)
+            # A live session is found with one lookup; a new one is made under the table's lock.
+            state = self._sessions.find(request.session) or self._session_for_run(request.session)
             with state.lock:
                 if state.closed:  # closed or evicted while this call waited for the lock
                     continue
