@@ -1,6 +1,6 @@
 """The worker's main loop: one session, the same runner as in-process, driven over a socket.
 
-Security model: by the time `serve()` runs, `_sandbox.apply` has confined this process (see
+Security model: by the time `prepare()` runs, `_sandbox.apply` has confined this process (see
 docs/subprocess.md); inside it the policy's own layers run exactly as in-process. This loop trusts
 nothing it receives beyond the frame format, and the host trusts nothing it sends back beyond
 the result schema.
@@ -25,6 +25,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._boundary import ExecutionRequest, cancelled_before_start
@@ -42,7 +43,7 @@ from . import _protocol as P
 if TYPE_CHECKING:
     from ...snapshot import SessionSnapshot
 
-__all__ = ["serve"]
+__all__ = ["prepare"]
 
 _FLUSH_AT = 8192
 _RID = struct.Struct("!I")
@@ -404,7 +405,7 @@ def _peak_memory_mb(own: resource.struct_rusage) -> float:
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
-def serve(
+def prepare(
     sock: socket.socket,
     interrupt_fd: int,
     session_name: str,
@@ -413,8 +414,13 @@ def serve(
     boundary: str,
     *,
     restarted: bool,
-) -> None:
-    """Run the session until the host closes the socket. Called in a sandboxed, forked worker."""
+) -> Callable[[], None]:
+    """Set up the session in a sandboxed, forked worker; returns its loop, which serves requests
+    until the host closes the socket.
+
+    The caller runs the loop with as few frames below it as it can (_zygote.main): when a run
+    activates the policy, the audit hook walks every frame below it, each time.
+    """
     _install_streams()
     session = Session(session_name, runtime)
     session.restarted = restarted
@@ -424,4 +430,4 @@ def serve(
     # race-free machinery as a timeout.
     os.set_blocking(interrupt_fd, False)
     signal.signal(signal.SIGUSR1, worker.on_interrupt)
-    worker.loop()
+    return worker.loop
