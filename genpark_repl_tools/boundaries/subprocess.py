@@ -196,7 +196,8 @@ class SubprocessBoundary(BaseBoundary):
     def execute(self, request: ExecutionRequest) -> ExecutionResult:
         self._check_open()
         while True:
-            state = self._session_for_run(request.session)
+            # A live session is found with one lookup; a new one is made under the table's lock.
+            state = self._sessions.find(request.session) or self._session_for_run(request.session)
             with state.lock:
                 if state.closed:  # closed or evicted while this call waited for the lock
                     continue
@@ -437,8 +438,8 @@ class SubprocessBoundary(BaseBoundary):
             raise
         finally:
             state.running = None
-        if isinstance(reply, tuple) and reply[0] == P.RESULT:
-            result = self._checked_result(state, reply[1])
+        if isinstance(reply, tuple) and (reply[0] == P.LEAN_RESULT or reply[0] == P.RESULT):
+            result = self._checked_result(state, *reply)
             if result is not None:
                 state.execution_count = result.execution_count
                 _attach_output(result, out, err)
@@ -473,19 +474,26 @@ class SubprocessBoundary(BaseBoundary):
         result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, limits)
         return result
 
-    def _checked_result(self, state: _SessionState, data: bytes) -> ExecutionResult | None:
-        """The worker's RESULT as an ExecutionResult, or None if it is not a valid one.
+    def _checked_result(self, state: _SessionState, kind: int, data: bytes) -> ExecutionResult | None:
+        """The worker's result (a LEAN_RESULT or RESULT payload) as an ExecutionResult, or None if
+        it is not a valid one.
 
         The worker runs the agent's code, so these bytes may come from a compromised worker. The
-        full schema check (pydantic, from the JSON in one pass) is what stands between them and the
-        host: types, required fields, no unknown fields, nested models, enum values. It is also the
-        cheapest complete path measured (about 3 us; json.loads + model_construct is slower, and an
-        unchecked construct would hand hostile shapes to code that assumes the schema). Size is
-        bounded before this by the frame limit (P.MAX_FRAME), and what the result holds is the
-        session's own data either way: a worker can only ever say things about its own session.
-        So the fields that name a session or where it ran, which the host's accounting and history
-        key on, are the host's to set, never the worker's.
+        check is what stands between them and the host: a lean result is decoded by checks that
+        admit exactly the values its fields' types do (`_protocol.decode_lean_result`); a RESULT is
+        validated in full by pydantic, from the JSON in one pass: types, required fields, no unknown
+        fields, nested models, enum values (an unchecked construct would hand hostile shapes to
+        code that assumes the schema). Size is bounded before this by the frame limit
+        (P.MAX_FRAME), and what the result holds is the session's own data either way: a worker can
+        only ever say things about its own session. So the fields that name a session or where it
+        ran, which the host's accounting and history key on, are the host's to set, never the
+        worker's.
         """
+        if kind == P.LEAN_RESULT:
+            try:
+                return P.decode_lean_result(data, state.name, self.policy.name, self.name)
+            except P.ProtocolError:
+                return None
         try:
             result = ExecutionResult.model_validate_json(data)
         except ValidationError:

@@ -255,6 +255,32 @@ def test_output_from_a_thread_after_the_call_reaches_the_next_call(engine: ReplE
 # ---- describe -------------------------------------------------------------------------------------
 
 
+# The frames below the running cell, oldest first, as (function, module file name).
+STACK_BELOW_CELL = """
+import os, sys
+_f, _below = sys._getframe().f_back, []
+while _f is not None:
+    _below.append((_f.f_code.co_name, os.path.basename(_f.f_code.co_filename)))
+    _f = _f.f_back
+_below[::-1]
+"""
+
+
+def test_a_worker_serves_with_the_zygote_frames_unwound(engine: ReplEngine) -> None:
+    # The sandbox's audit hook walks every frame below a run when the run activates the policy:
+    # the worker's loop runs right above the zygote's main(), not inside its spawn handler.
+    result = engine.run(STACK_BELOW_CELL, "stack")
+    assert result.status == "ok", result.error
+    below = ast.literal_eval(result.value or "[]")
+    assert below[:4] == [
+        ("<module>", "<string>"),
+        ("main", "_zygote.py"),
+        ("loop", "_worker.py"),
+        ("_exec", "_worker.py"),
+    ]
+    assert not [frame for frame in below if frame[1] == "_zygote.py" and frame[0] != "main"]
+
+
 def test_describe_reports_only_checked_protections(engine: ReplEngine) -> None:
     description = engine.describe()
     enforced = description["enforced"]

@@ -177,12 +177,17 @@ class WorkerHandle:
         sinks = (None, out, err)
         sock_fd = self.sock.fileno()
         muted_until = 0.0
+        received: tuple[int, int, bytes] | None = None  # the frame the last read completed
         try:
             while True:
-                try:
-                    tagged = self.frames.next_tagged()
-                except P.ProtocolError:
-                    return Invalid()
+                tagged = received
+                if tagged is not None:
+                    received = None
+                else:
+                    try:
+                        tagged = self.frames.next_tagged()
+                    except P.ProtocolError:
+                        return Invalid()
                 if tagged is not None:
                     if tagged[1] != rid:
                         continue
@@ -212,10 +217,13 @@ class WorkerHandle:
                             data = self.sock.recv(_READ_CHUNK)
                         except OSError:
                             data = b""
-                        if data:
-                            self.frames.feed(data)
-                        else:
+                        if not data:
                             self._close_fd(fd)
+                        else:  # `received` is None here: the loop took the last one first
+                            try:
+                                received = self.frames.next_from(data)
+                            except P.ProtocolError:
+                                return Invalid()
                     elif which == 3:
                         with contextlib.suppress(OSError):
                             os.read(fd, 64)

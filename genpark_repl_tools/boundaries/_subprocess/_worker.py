@@ -1,6 +1,6 @@
 """The worker's main loop: one session, the same runner as in-process, driven over a socket.
 
-Security model: by the time `serve()` runs, `_sandbox.apply` has confined this process (see
+Security model: by the time `prepare()` runs, `_sandbox.apply` has confined this process (see
 docs/subprocess.md); inside it the policy's own layers run exactly as in-process. This loop trusts
 nothing it receives beyond the frame format, and the host trusts nothing it sends back beyond
 the result schema.
@@ -25,13 +25,14 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._boundary import ExecutionRequest, cancelled_before_start
 from ..._compile import compile_cell
 from ..._exceptions import VariableNotFound
 from ..._limits import Limits
-from ..._models import ErrorInfo, ExecutionResult
+from ..._models import ErrorInfo, ExecutionResult, set_field
 from ..._runner import OUT_OF_MEMORY, run_cell
 from ..._session import Session
 from ..._text import clean
@@ -42,7 +43,7 @@ from . import _protocol as P
 if TYPE_CHECKING:
     from ...snapshot import SessionSnapshot
 
-__all__ = ["serve"]
+__all__ = ["prepare"]
 
 _FLUSH_AT = 8192
 _RID = struct.Struct("!I")
@@ -111,9 +112,21 @@ class _FdCapture:
 
     __slots__ = ("stderr", "stdout")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self) -> None:
         self.stdout = _STDOUT
         self.stderr = _STDERR
+
+
+_CAPTURE = _FdCapture()
+
+
+def _capture_for_call(limit: int) -> _FdCapture:
+    """The runner's capture factory. One capture serves every call: it holds no text, only the two
+    descriptors' writers, whose eager-line count starts over here (the host applies `limit`)."""
+    del limit
+    _STDOUT.start_call()
+    _STDERR.start_call()
+    return _CAPTURE
 
 
 @functools.cache
@@ -194,14 +207,16 @@ class _Worker:
     def loop(self) -> None:
         P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
         frames = P.FrameBuffer()
+        sock = self.sock
         while True:
             frame = frames.next_tagged()
             if frame is None:
-                data = self.sock.recv(1 << 16)  # one syscall per request, however it is framed
+                data = sock.recv(1 << 16)  # one syscall per request, however it is framed
                 if not data:
                     return
-                frames.feed(data)
-                continue
+                frame = frames.next_from(data)
+                if frame is None:
+                    continue
             kind, rid, payload = frame
             if kind == P.LOAD_PART:  # part of a large snapshot: kept until its LOAD, no reply
                 self._parts.append(payload)
@@ -210,9 +225,9 @@ class _Worker:
             try:
                 if rid in self.cancelled:
                     self.cancelled.discard(rid)
-                    reply_kind, reply = P.RESULT, self._cancelled(payload)
+                    reply_kind, reply = self._cancelled(payload)
                 elif kind == P.EXEC:
-                    reply_kind, reply = P.RESULT, self._exec(payload)
+                    reply_kind, reply = self._exec(payload)
                 else:
                     try:
                         reply_kind, reply = self._query(kind, payload)
@@ -222,7 +237,7 @@ class _Worker:
                 self.current = 0
                 self.session.cancel_pending = False
             _flush_all()
-            P.send_frame(self.sock, reply_kind, reply, rid=rid)
+            sock.sendall(P.encode(reply_kind, reply, rid))
 
     def on_interrupt(self, signum: int, frame: Any) -> None:
         """SIGUSR1: the host wrote request ids to stop into the interrupt pipe.
@@ -242,15 +257,15 @@ class _Worker:
             elif rid > self.started:
                 self.cancelled.add(rid)
 
-    def _cancelled(self, payload: bytes) -> bytes:
+    def _cancelled(self, payload: bytes) -> tuple[int, bytes]:
         del payload
         request = ExecutionRequest("", self.session.name)
         result = cancelled_before_start(
             request, self.runtime.name, self.boundary, self.session.execution_count
         )
-        return _to_json(result)
+        return _reply(result)
 
-    def _exec(self, payload: bytes) -> bytes:
+    def _exec(self, payload: bytes) -> tuple[int, bytes]:
         code, timeout_s = P.decode_exec(payload)
         started = time.perf_counter()
         own, children = _rusage()
@@ -258,24 +273,23 @@ class _Worker:
         try:
             limits = self._limits_for(timeout_s)
             cell = compile_cell(code, self.runtime)
-            _STDOUT.start_call()
-            _STDERR.start_call()
             with self.session.lock:
                 result = run_cell(
-                    self.session, cell, self.runtime, limits, self.boundary, capture_factory=_FdCapture
+                    self.session, cell, self.runtime, limits, self.boundary, capture_factory=_capture_for_call
                 )
             # usage (issue 19): the whole worker's CPU, and its peak memory (a process high-water mark)
             own, children = _rusage()
             cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-            result.usage.cpu_ms = round((cpu - cpu_started) * 1000, 3)
-            result.usage.peak_memory_mb = _peak_memory_mb(own)
+            usage = result.usage
+            set_field(usage, "cpu_ms", round((cpu - cpu_started) * 1000, 3))
+            set_field(usage, "peak_memory_mb", _peak_memory_mb(own))
             error = result.error
             if error is not None and error.message == OUT_OF_MEMORY and limits.memory_mb:
                 # The worker's address-space cap is what ran out: say so (Python's MemoryError is silent).
                 error.message = (
                     f"the worker's memory limit of {limits.memory_mb} MiB (Limits.memory_mb) was reached"
                 )
-            return _to_json(result)
+            return _reply(result)
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
             fallback = ExecutionResult(
                 status="error",
@@ -290,7 +304,7 @@ class _Worker:
                     hint="The session is still alive; retry with smaller values or output.",
                 ),
             )
-            return _to_json(fallback)
+            return P.RESULT, _to_json(fallback)
 
     def _limits_for(self, timeout_s: float) -> Limits:
         limits = self._limits_by_timeout.get(timeout_s)
@@ -375,6 +389,13 @@ def _checked_snapshot_class() -> type[SessionSnapshot]:
 _to_json = ExecutionResult.__pydantic_serializer__.to_json
 
 
+def _reply(result: ExecutionResult) -> tuple[int, bytes]:
+    lean = P.encode_lean_result(result)
+    if lean is not None:
+        return P.LEAN_RESULT, lean
+    return P.RESULT, _to_json(result)
+
+
 def _rusage() -> tuple[resource.struct_rusage, resource.struct_rusage]:
     return resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 
@@ -384,7 +405,7 @@ def _peak_memory_mb(own: resource.struct_rusage) -> float:
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
-def serve(
+def prepare(
     sock: socket.socket,
     interrupt_fd: int,
     session_name: str,
@@ -393,8 +414,13 @@ def serve(
     boundary: str,
     *,
     restarted: bool,
-) -> None:
-    """Run the session until the host closes the socket. Called in a sandboxed, forked worker."""
+) -> Callable[[], None]:
+    """Set up the session in a sandboxed, forked worker; returns its loop, which serves requests
+    until the host closes the socket.
+
+    The caller runs the loop with as few frames below it as it can (_zygote.main): when a run
+    activates the policy, the audit hook walks every frame below it, each time.
+    """
     _install_streams()
     session = Session(session_name, runtime)
     session.restarted = restarted
@@ -404,4 +430,4 @@ def serve(
     # race-free machinery as a timeout.
     os.set_blocking(interrupt_fd, False)
     signal.signal(signal.SIGUSR1, worker.on_interrupt)
-    worker.loop()
+    return worker.loop

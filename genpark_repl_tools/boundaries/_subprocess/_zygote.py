@@ -29,6 +29,7 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ..._limits import Limits
@@ -36,7 +37,7 @@ from ...policy import Policy, PolicyRuntime, runtime_for
 from . import _protocol as P
 from . import _sandbox
 from ._sandbox import Prepared, SandboxConfig, SandboxError
-from ._worker import serve
+from ._worker import prepare
 
 __all__ = ["main"]
 
@@ -143,7 +144,9 @@ class _Zygote:
 
     # ---- loop -----------------------------------------------------------------------------------
 
-    def serve(self) -> NoReturn:
+    def serve(self) -> Callable[[], None]:
+        """The zygote's loop: it never ends in the zygote. In a worker forked from it, it returns the
+        worker's loop (see main)."""
         os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
         # A Python-level handler is needed for the wakeup fd to be written; the work happens in the loop.
@@ -154,14 +157,16 @@ class _Zygote:
         while True:
             for key, _ in self.selector.select(_PARENT_CHECK_S):
                 if key.data == "ctl":
-                    self._read_ctl()
+                    worker = self._read_ctl()
+                    if worker is not None:
+                        return worker
                 else:
                     os.read(self.wake_r, 4096)
                     self._reap()
             if os.getppid() != self.parent:  # the host died; its socket may still be held by a fork
                 self.shutdown()
 
-    def _read_ctl(self) -> None:
+    def _read_ctl(self) -> Callable[[], None] | None:
         try:
             data, ancdata, _, _ = self.ctl.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS_PER_MESSAGE * 4))
         except ConnectionError:
@@ -176,19 +181,23 @@ class _Zygote:
         while (frame := self.frames.next()) is not None:
             kind, payload = frame
             if kind == P.SPAWN:
-                self._spawn(json.loads(payload))
+                worker = self._spawn(json.loads(payload))
+                if worker is not None:  # in the forked worker: the frames left are the zygote's
+                    return worker
             elif kind == P.KILL:
                 self._kill(json.loads(payload)["token"])
             elif kind == P.INTERRUPT:
                 self._interrupt(json.loads(payload)["token"])
             elif kind == P.QUIT:
                 self.shutdown()
+        return None
 
-    def _spawn(self, request: dict[str, Any]) -> None:
+    def _spawn(self, request: dict[str, Any]) -> Callable[[], None] | None:
+        """Fork a worker. None in the zygote; in the worker, its loop (see main)."""
         token = request["token"]
         if len(self.fds) < _FDS_PER_WORKER:
             self._send(P.SPAWN_FAILED, {"token": token, "error": "the spawn request carried no descriptors"})
-            return
+            return None
         fds = [self.fds.popleft() for _ in range(_FDS_PER_WORKER)]
         try:
             pid = os.fork()
@@ -196,9 +205,9 @@ class _Zygote:
             for fd in fds:
                 os.close(fd)
             self._send(P.SPAWN_FAILED, {"token": token, "error": f"fork failed: {exc}"})
-            return
+            return None
         if pid == 0:  # pragma: no cover - runs in the forked child
-            self._become_worker(request, *fds)
+            return self._become_worker(request, *fds)
         for fd in fds:
             os.close(fd)
         # Also done by the child: whichever runs first, the group exists before anyone kills it.
@@ -206,16 +215,18 @@ class _Zygote:
             os.setpgid(pid, pid)
         self.by_token[token] = pid
         self.by_pid[pid] = token
+        return None
 
     def _become_worker(
         self, request: dict[str, Any], sock_fd: int, out_fd: int, err_fd: int, interrupt_fd: int
-    ) -> NoReturn:
+    ) -> Callable[[], None]:
+        """Sandbox this forked child and set up its session; its loop, or exit if that fails."""
         code = 0
         try:
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGCHLD, signal.SIGTERM):
                 signal.signal(signum, signal.SIG_DFL)
-            # An interrupt that arrives before serve() installs its handler must not kill the worker.
+            # An interrupt that arrives before prepare() installs its handler must not kill the worker.
             signal.signal(signal.SIGUSR1, signal.SIG_IGN)
             self.selector.close()
             self.ctl.close()
@@ -242,7 +253,7 @@ class _Zygote:
             os.set_inheritable(sock_fd, False)
             sock = socket.socket(fileno=sock_fd)
             os.set_inheritable(interrupt_fd, False)
-            serve(
+            return prepare(
                 sock,
                 interrupt_fd,
                 request["session"],
@@ -461,4 +472,16 @@ def main(ctl_fd: int) -> None:
     except Exception:
         traceback.print_exc()
         os._exit(_EXIT_SETUP_FAILED)
-    zygote.serve()
+    loop = zygote.serve()
+    # Only a forked worker gets here (in the zygote, serve() never returns): the zygote's frames are
+    # gone and the worker's loop runs right above this one. Each frame below a run costs every call:
+    # the audit hook walks them all when the run activates the policy (~9k instructions a frame).
+    code = 0
+    try:  # pragma: no cover - runs in the forked child
+        loop()
+    except BaseException:
+        try:
+            _write_all(2, traceback.format_exc().encode())
+        finally:
+            code = _EXIT_SETUP_FAILED
+    os._exit(code)
