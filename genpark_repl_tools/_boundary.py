@@ -146,6 +146,12 @@ class BaseBoundary(ABC):
         the directory itself is made by the file operation that needs it."""
         return None
 
+    def workspace_writes(self, session: str) -> int | None:
+        """A stamp that changes whenever code of `session` may have written to its workspace
+        (created, written, renamed or removed an entry), or None when this boundary cannot tell:
+        the engine then looks at the directory after every run."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """What this boundary actually enforces here (never claims a protection that is off)."""
         return {"boundary": self.name, "policy": self.policy.name}

@@ -291,14 +291,17 @@ class ReplEngine:
             result = self._durable.run(request, self._boundary.execute)  # lease, restore if stale, save
         else:
             result = self._boundary.execute(request)
-        # What the run did to the session's files: one stat while it has none, a scan once it has.
+        # What the run did to the session's files: one stat while it has none (none at all if the
+        # boundary saw no write), a scan once it has.
         path = self._workspaces.get(request.session)
         if path is None:  # asked again each run until the session has a directory
             workspace = self._boundary.session_workspace(request.session)
             if workspace is not None:
                 path = self._workspaces[request.session] = str(workspace.path)
         if path is not None:
-            set_field(result, "files", self._files.changes(request.session, path))  # FileChanges it made
+            # FileChanges it made (none, without a look at the directory, if the boundary can tell)
+            stamp = self._boundary.workspace_writes(request.session)
+            set_field(result, "files", self._files.changes(request.session, path, stamp))
         return result
 
     def interrupt(self, session: str = "default") -> bool:

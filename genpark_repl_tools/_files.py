@@ -280,23 +280,32 @@ class FileTracker:
     """What each session's workspace held after its last result, to report what a run changed.
 
     Cost for a session that never had files: one `stat` of its workspace directory per run (its
-    modification time changes when an entry is added or removed). Once a file is there, the
-    workspace is scanned after each run (bounded by MAX_SCANNED entries).
+    modification time changes when an entry is added or removed), none when the boundary's write
+    stamp says the run wrote nothing there. Once a file is there, the workspace is scanned after
+    each run (bounded by MAX_SCANNED entries): a file opened in an earlier run can be written
+    without a new stamp.
     """
 
     def __init__(self) -> None:
         self._known: dict[str, Snapshot] = {}  # sessions with files: their last scan
         self._empty: dict[str, int] = {}  # sessions without: their directory's mtime_ns
+        self._stamps: dict[str, int] = {}  # sessions without: the write stamp when it was taken
 
-    def changes(self, session: str, path: Path | str | None) -> list[FileChange]:
+    def changes(self, session: str, path: Path | str | None, stamp: int | None = None) -> list[FileChange]:
+        """What the run that just ended changed in `path`. `stamp` is the boundary's write stamp
+        (BaseBoundary.workspace_writes), taken after the run; None: the directory is looked at."""
         if path is None:
             return []
         before = self._known.get(session)
         if before is None:
+            if stamp is not None and self._stamps.get(session) == stamp:
+                return []  # empty when last looked at, and nothing written there since
             try:
                 mtime = os.stat(path).st_mtime_ns
             except OSError:
                 return []
+            if stamp is not None:
+                self._stamps[session] = stamp  # taken before the look: a later write differs
             if self._empty.get(session) == mtime:
                 return []
             self._empty[session] = mtime
@@ -305,6 +314,7 @@ class FileTracker:
 
     def refresh(self, session: str, path: Path) -> None:
         """After a host operation: what the host did is not the next run's change."""
+        self._stamps.pop(session, None)  # the next run looks at the directory again
         if not self._rescan(session, path):
             try:
                 self._empty[session] = os.stat(path).st_mtime_ns
@@ -324,3 +334,4 @@ class FileTracker:
     def forget(self, session: str) -> None:
         self._known.pop(session, None)
         self._empty.pop(session, None)
+        self._stamps.pop(session, None)

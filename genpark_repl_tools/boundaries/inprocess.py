@@ -20,6 +20,7 @@ from .._models import ExecutionResult, SessionRestore, VariableInfo
 from .._runner import run_cell
 from .._session import Session, SessionTable
 from ..policy import Policy, PolicyRuntime, runtime_for, session_workspace
+from ..policy._audithook import forget_writes, write_stamp
 from ._subprocess._os import session_dirname
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ class InProcessBoundary(BaseBoundary):
         super().__init__(policy, limits)
         self._runtime = runtime_for(policy)
         self._own_dirs = policy.restricted and bool(policy.files)  # each session works in its directory
+        # Restricted code writes files only where the audit hook lets it, and the hook stamps each
+        # write it allows in a workspace: a run without one changed nothing there (workspace_writes).
+        self._stamped = policy.restricted and bool(policy.files)
         self._sessions: SessionTable[Session] = SessionTable(limits.max_sessions)
         self._running: dict[str, ExecutionRequest] = {}  # session -> the call running in it
         # Per-session workspaces (issue 17): <temporary root>/<session_dirname>, made on first use and
@@ -160,9 +164,17 @@ class InProcessBoundary(BaseBoundary):
         with s.lock:
             s.namespace.clear()
         if self._root is not None and self.policy.workspace is None:  # its own files go with it
-            self._made.pop(session, None)
+            path = self._made.pop(session, None)
+            if path is not None:
+                forget_writes(path)
             shutil.rmtree(self._root / session_dirname(session), ignore_errors=True)
         return True
+
+    def workspace_writes(self, session: str) -> int | None:
+        if not self._stamped:
+            return None  # trusted code writes where it likes, unseen
+        path = self._made.get(session)
+        return None if path is None else write_stamp(path)
 
     def session_workspace(self, session: str, *, create: bool = False) -> WorkspaceDir | None:
         # None until the session's directory exists: a session that never used files costs nothing.

@@ -30,6 +30,7 @@ import contextvars
 import dis
 import functools
 import inspect
+import itertools
 import os
 import site
 import sys
@@ -44,7 +45,16 @@ from typing import Any
 from ._context import session_workspace
 from ._errors import PolicyViolation
 
-__all__ = ["ACTIVATE", "MARK", "SandboxState", "activate", "deactivate", "install", "plain_path"]
+__all__ = [
+    "ACTIVATE",
+    "MARK",
+    "SandboxState",
+    "activate",
+    "deactivate",
+    "install",
+    "plain_path",
+    "write_stamp",
+]
 
 # Key in a restricted session's builtins dict; its value is that session's SandboxState (the guards
 # read it). The hook does not trust it: frames are recognised by the identity of their code.
@@ -84,6 +94,28 @@ class SandboxState:
 
 
 _install_lock = threading.Lock()
+
+# workspace -> a stamp taken when the hook last let restricted code write there (open for writing,
+# create, rename, remove, change a file's metadata: every allowed write goes through check_path). A
+# stamp is never reused (one counter for all workspaces, next() is atomic), so a write after a
+# reader looked always leaves a value that reader has not seen.
+_write_stamps: dict[str, int] = {}
+_next_stamp = itertools.count(1).__next__
+
+
+def write_stamp(workspace: str) -> int:
+    """The stamp of the last write restricted code was allowed to make in `workspace` (0: none).
+
+    Host code asks it to learn, without looking at the directory, whether sandboxed code may have
+    changed a workspace since the last time it asked (the engine's file reports). It counts only
+    what the hook judges: code that runs without it (trusted, another process) is not counted.
+    """
+    return _write_stamps.get(workspace, 0)
+
+
+def forget_writes(workspace: str) -> None:
+    """Drop the stamp of `workspace` (its session is gone)."""
+    _write_stamps.pop(workspace, None)
 
 
 def install() -> None:
@@ -709,6 +741,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     # Nested functions take their builtins from the module globals at the moment they are created:
     # _build_hook() has put a private copy there.
     roots = _data_roots()
+    write_stamps, next_stamp = _write_stamps, _next_stamp
     realpath = _make_realpath()
     fspath = os.fspath
     encoding = sys.getfilesystemencoding()
@@ -930,6 +963,8 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         workspace = rules[2]
         files = rules[1]
         if files and workspace is not None and inside(path, workspace):
+            if write:
+                write_stamps[workspace] = next_stamp()
             return
         if any(inside(path, r) for r in roots):
             if not write:
