@@ -94,6 +94,8 @@ class SandboxState:
 
 
 _install_lock = threading.Lock()
+# How many executions' rules a shared code object remembers having been run under (see ran_by).
+_RAN_KEPT = 8
 
 # workspace -> a stamp taken when the hook last let restricted code write there (open for writing,
 # create, rename, remove, change a file's metadata: every allowed write goes through check_path). A
@@ -792,6 +794,10 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     shared: dict[Any, Any] = {}  # one denied-names set / prefix tuple for all workspaces of a policy
     by_spec: dict[int, tuple[Any, _Rules]] = {}  # the runtimes' specs (held, so keys stay unique)
     sandboxed: dict[int, tuple[Any, _Rules]] = {}  # _key(code) -> (weakref to it, its rules)
+    # _key(code) -> the rules of the executions whose runner executed it (the last _RAN_KEPT): a cell
+    # the compile cache shares between sessions is registered under their merged rules, and each
+    # session's next exec of it is its own code again.
+    ran_by: dict[int, tuple[_Rules, ...]] = {}
     key_of = _key
     lock = threading.Lock()
     ever = [False]  # rebinding a list item: set once, never reset
@@ -916,14 +922,34 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             if len(sandboxed) > sweep_at[0]:
                 for key in [k for k, (ref, _) in sandboxed.items() if ref() is None]:
                     del sandboxed[key]
+                    ran_by.pop(key, None)
                 sweep_at[0] = max(1024, 2 * len(sandboxed))
             for current in codes_of(code):
                 key = key_of(current)
                 entry = sandboxed.get(key)
                 if entry is None or entry[0]() is not current:
                     sandboxed[key] = (weakref.ref(current), rules)
+                    ran_by.pop(key, None)  # a key of a code object that is gone
                 elif entry[1] is not rules:
                     sandboxed[key] = (entry[0], merge(entry[1], rules))
+
+    def note_ran(code: CodeType, rules: _Rules) -> None:
+        """The runner of an execution under `rules` executed `code` (registered first)."""
+        key = key_of(code)
+        with lock:
+            seen = ran_by.get(key, ())
+            for known in seen:
+                if known is rules:
+                    return
+            ran_by[key] = (*seen[1 - _RAN_KEPT :], rules) if len(seen) >= _RAN_KEPT else (*seen, rules)
+
+    def ran_under(code: CodeType, rules: _Rules) -> bool:
+        """`code` is registered, and the runner of an execution under `rules` executed it before."""
+        key = key_of(code)
+        entry = sandboxed.get(key)
+        if entry is None or entry[0]() is not code:
+            return False
+        return entry[1] is rules or any(known is rules for known in ran_by.get(key, ()))
 
     def merge(first: _Rules, second: _Rules) -> _Rules:
         """Code shared by two sessions (the compile cache): outside an execution, the stricter reading."""
@@ -1037,8 +1063,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         code = args[0] if args else None
         if type(code) is not CodeType:
             raise rules.refuse(_EXEC_REFUSED)
-        entry = sandboxed.get(key_of(code))
-        if entry is not None and entry[1] is rules and entry[0]() is code:
+        if ran_under(code, rules):
             return  # the session's own code again (a cached cell): its frames are judged as the session's
         if host_direct(frame):
             # Host code executing a code object during an execution: the runner running its cell
@@ -1046,6 +1071,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             record = active.get()
             if record is not None and record[0] is rules:
                 register(code, rules)
+                note_ran(code, rules)
             return
         if code.co_name == "<module>" and importing(frame, machinery_only=False):
             filename = code.co_filename
@@ -1388,7 +1414,11 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 # on_exec's first case, before the frame is fetched: the session's own code again
                 # (a cached cell), registered under the rules of this very execution.
                 entry = sandboxed.get(key_of(args[0]))
-                if entry is not None and entry[1] is rules and entry[0]() is args[0]:
+                if (
+                    entry is not None
+                    and entry[0]() is args[0]
+                    and (entry[1] is rules or ran_under(args[0], rules))
+                ):
                     return
             frame = getframe(0).f_back  # type: ignore[assignment]
             if event == "compile" and frame.f_code is parse_code:
