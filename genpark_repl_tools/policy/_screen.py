@@ -109,10 +109,11 @@ except ImportError:  # 3.11: no intrinsics
 # async code, `except*`.
 _TEXT_GATES = ("finally", "except", "with", "async", "await")
 
-_CACHE = _OP["CACHE"]
+# -1: not an opcode of this version (3.10 has no CACHE or BINARY_OP; the screen is off there).
+_CACHE = _OP.get("CACHE", -1)
 _EXTENDED_ARG = _OP["EXTENDED_ARG"]
 _LOAD_CONST = _OP["LOAD_CONST"]
-_BINARY_OP = _OP["BINARY_OP"]
+_BINARY_OP = _OP.get("BINARY_OP", -1)
 _CALL_INTRINSIC_1 = _OP.get("CALL_INTRINSIC_1", -1)
 _IMPORT_NAME = _OP["IMPORT_NAME"]
 # The last instruction of an operand that might be built from constants only (what the audit's size
@@ -124,7 +125,7 @@ _CONSTANT_ENDS = _ops(
 # BINARY_OP arguments the size estimate reads: +, *, ** and << (not their in-place forms).
 _SIZED = frozenset(
     i
-    for i, (name, _) in enumerate(dis._nb_ops)  # type: ignore[attr-defined]
+    for i, (name, _) in enumerate(getattr(dis, "_nb_ops", ()))  # 3.11+, where the screen is on
     if name in ("NB_ADD", "NB_MULTIPLY", "NB_POWER", "NB_LSHIFT")
 )
 
