@@ -344,8 +344,8 @@ class _Router(io.TextIOBase):
         return getattr(self.fallback, name)
 
 
-# The hot paths take it with acquire/try/finally/release: `with _lock` costs twice as much on
-# CPython 3.11 (two special-method lookups and a three-argument __exit__ call).
+# Taken with `with`, never acquire()/try: a KeyboardInterrupt raised right after acquire() returns
+# (a signal lands there) would leave it held and hang every later run of the process.
 _lock = threading.Lock()
 _active = 0  # contexts routed now: executions and guarded calls
 # Executions (`enter_execution`) running now and ever started, for whoever needs to know whether
@@ -395,8 +395,7 @@ def enter_execution(
     global _active, _executions, _started
     out, err = _routers
     fallbacks = _fallbacks
-    _lock.acquire()
-    try:
+    with _lock:
         if _active == 0:
             fallbacks[0] = sys.stdout
             fallbacks[1] = sys.stderr
@@ -411,8 +410,6 @@ def enter_execution(
             _started += 1
         serial = _started
         alone = _executions == 1
-    finally:
-        _lock.release()
     return _current.set(cap), serial, alone
 
 
@@ -421,8 +418,7 @@ def exit_execution(token: Token[OutputCapture | None], counted: bool = True) -> 
     execution is left."""
     global _active, _executions
     _current.reset(token)
-    _lock.acquire()
-    try:
+    with _lock:
         if counted:
             _executions -= 1
         _active -= 1
@@ -431,8 +427,6 @@ def exit_execution(token: Token[OutputCapture | None], counted: bool = True) -> 
             sys.stdout = fallbacks[0]
             sys.stderr = fallbacks[1]
             fallbacks[0] = fallbacks[1] = None
-    finally:
-        _lock.release()
 
 
 def alone_since(serial: int) -> bool:

@@ -107,17 +107,14 @@ class Watchdog:
         deadline = time.monotonic() + timeout_s
         slot = Slot(tid, deadline)
         _by_thread[tid] = slot
-        # acquire/release, not `with`: twice as cheap on CPython 3.11, and this runs for every cell.
-        lock = self._lock
-        lock.acquire()
-        try:
+        # `with`, not acquire()/try: an exception raised right after acquire() returns (a signal's
+        # KeyboardInterrupt) would leave the lock held and hang every later run.
+        with self._lock:
             self._slots.add(slot)
             if self._thread is None:
                 self._start_locked()
             if deadline < self._next_wake:
                 self._wake.set()
-        finally:
-            lock.release()
         return slot
 
     def cancel(self, slot: Slot) -> bool:
@@ -155,16 +152,12 @@ class Watchdog:
         can follow.
         """
         tid = slot.tid
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:
             self._slots.discard(slot)
             if _by_thread.get(tid) is slot:
                 del _by_thread[tid]
             if slot.fires:
                 _clear_async_exc(tid, None)
-        finally:
-            lock.release()
 
     def _loop(self) -> None:
         idle_since: float | None = None

@@ -113,10 +113,9 @@ class InProcessBoundary(BaseBoundary):
         token = None
         if self._own_dirs:
             token = session_workspace.set(self._made.get(name) or self._workspace_path(name, make=True))
-        lock = session.lock
         try:
-            lock.acquire()  # not `with`: twice as cheap on CPython 3.11, once per run
-            try:
+            # `with`, not acquire()/try: a KeyboardInterrupt between the two would leave it locked.
+            with session.lock:
                 if request.cancelled:
                     count = session.execution_count
                     return cancelled_before_start(request, self.policy.name, self.name, count)
@@ -129,8 +128,6 @@ class InProcessBoundary(BaseBoundary):
                 finally:
                     self._running.pop(name, None)
                     session.cancel_pending = False
-            finally:
-                lock.release()
         finally:
             if token is not None:
                 session_workspace.reset(token)

@@ -1,0 +1,66 @@
+"""Ctrl-C can land between any two bytecodes of the host's own code around a run. Whatever it
+interrupts, no lock of the engine (output routing, the watchdog, the session, the usage ledger) may be
+left held: a held lock would hang every later run of the process. A storm of SIGINTs while a session
+runs cell after cell, then one more run on another thread must finish."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    from genpark_repl_tools import ReplEngine
+
+    engine = ReplEngine(policy=sys.argv[1])
+    engine.run("x = 1", "s")
+    stop = threading.Event()
+
+    def pester():
+        time.sleep(0.2)
+        while not stop.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.0003)
+
+    pest = threading.Thread(target=pester, daemon=True)
+    pest.start()
+    deadline = time.monotonic() + float(sys.argv[2])
+    interrupts = 0
+    running = True
+    while running:
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    engine.run("x = 1", "s")
+                except KeyboardInterrupt:
+                    interrupts += 1
+            stop.set()
+            pest.join()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            running = False
+        except KeyboardInterrupt:
+            interrupts += 1
+    found = []
+    worker = threading.Thread(target=lambda: found.append(engine.run("x = 2\\nx", "s").value), daemon=True)
+    worker.start()
+    worker.join(20)
+    os.write(1, f"{interrupts} {found[0] if found else 'HUNG'}\\n".encode())
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("policy", ["trusted", "standard"])
+def test_no_lock_is_left_held_by_an_interrupt(policy: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, policy, "5"], check=False, capture_output=True, text=True, timeout=120
+    )
+    interrupts, _, value = proc.stdout.strip().rpartition("\n")[2].partition(" ")
+    assert int(interrupts) > 100, proc.stdout  # the storm did interrupt runs
+    assert value == "2", f"the run after the storm: {value} (stderr: {proc.stderr[-500:]})"
