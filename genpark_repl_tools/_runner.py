@@ -112,30 +112,32 @@ def run_cell(
     try:
         if not watchdog.started:
             watchdog.start()  # outside the sandbox: starting a thread is refused inside it
-        token = runtime.enter(session.builtins)
-        # `call_armed(limits.timeout_s, session, _guarded, ...)` inline (see its contract): the slot is
-        # marked done in this frame right after the guarded code returns. ExecutionTimeout is the
-        # only exception expected back: _guarded turns the cell's own into data.
-        slot = watchdog.arm(limits.timeout_s)
-        session.running = slot
-        if session.cancel_pending:
-            watchdog.cancel(slot)
         outcome: _Outcome | None = None
         stopped: BaseException | None = None
-        try:
-            outcome = _guarded(cell, ns, session, limits, before, full_diff, host_builtins, figures)
-            slot.done = True
-        except BaseException as exc:
-            slot.done = True
-            stopped = exc
-        try:
-            watchdog.release(slot)
-        except ExecutionTimeout:
-            watchdog.release(slot)
-        session.running = None
-        if "matplotlib.pyplot" in sys.modules:  # FigureRun.close's own first test, without the call
-            figures.close()  # what the cell left open, also after a timeout
-        runtime.exit(token)
+        token = runtime.enter(session.builtins)
+        try:  # the runtime is left however this ends (a KeyboardInterrupt in the host's code here)
+            # `call_armed(limits.timeout_s, session, _guarded, ...)` inline (see its contract): the
+            # slot is marked done in this frame right after the guarded code returns. ExecutionTimeout
+            # is the only exception expected back: _guarded turns the cell's own into data.
+            slot = watchdog.arm(limits.timeout_s)
+            session.running = slot
+            if session.cancel_pending:
+                watchdog.cancel(slot)
+            try:
+                outcome = _guarded(cell, ns, session, limits, before, full_diff, host_builtins, figures)
+                slot.done = True
+            except BaseException as exc:
+                slot.done = True
+                stopped = exc
+            try:
+                watchdog.release(slot)
+            except ExecutionTimeout:
+                watchdog.release(slot)
+            session.running = None
+            if "matplotlib.pyplot" in sys.modules:  # FigureRun.close's own first test, without the call
+                figures.close()  # what the cell left open, also after a timeout
+        finally:
+            runtime.exit(token)
     finally:
         exit_execution(routed)
     if host_builtins is not None:
