@@ -9,9 +9,8 @@ import keyword
 import re
 import sys
 import threading
-from collections import OrderedDict
 from types import CodeType
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from ._models import AuditFinding, ErrorInfo
 from .policy._runtime import PolicyRuntime
@@ -134,23 +133,30 @@ class _TimeoutGuards(ast.NodeTransformer):
     visit_AsyncWith = _after
 
 
-_cache: OrderedDict[tuple[object, str], CompiledCell] = OrderedDict()
+# Two generations of plain dicts instead of an LRU: a hit in the young one (a cell run again soon) is
+# one dict lookup without the lock (dict reads are atomic); a cell found in the old one moves back to
+# the young one; when the young one is full it becomes the old one and the old one is dropped. So a
+# cell run at least once every _GENERATION new cells stays, and at most 2 * _GENERATION are held.
+_generations: list[dict[tuple[object, str], CompiledCell]] = [{}, {}]  # young, old
 _cache_lock = threading.Lock()
-_CACHE_SIZE = 1024
+_GENERATION = 512
 
 
 def compile_cell(source: str, runtime: PolicyRuntime) -> CompiledCell:
     key = (runtime.cache_key, source)
+    generations = _generations
+    cell = generations[0].get(key)
+    if cell is not None:
+        return cell
     with _cache_lock:
-        cell = _cache.get(key)
-        if cell is not None:
-            _cache.move_to_end(key)
-            return cell
-    cell = _compile(source, runtime)
+        cell = generations[1].get(key)
+    if cell is None:
+        cell = _compile(source, runtime)
     with _cache_lock:
-        _cache[key] = cell
-        if len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+        young = generations[0]
+        young[key] = cell
+        if len(young) >= _GENERATION:
+            generations[:] = [{}, young]
     return cell
 
 
@@ -268,6 +274,8 @@ _VALUE_WORDS = frozenset({"False", "None", "True", "await", "lambda", "not", "yi
 _STATEMENT_WORDS = frozenset(keyword.kwlist) - _VALUE_WORDS
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NO_NAMES: frozenset[str] = frozenset()
+# A code object's new co_code and co_names (see _with_value).
+_Patch = tuple[bytes, tuple[str, ...]]
 
 
 def _needs_tree(source: str) -> bool:
@@ -285,20 +293,24 @@ def _from_source(
     names = _code_names(code)
     if not _DYNAMIC_NAMES.isdisjoint(names) or "__doc__" in code.co_names:
         return None  # dynamic reads of the namespace; a docstring (a value to the tree path)
-    found = _store_value(code, source)
-    if found is None:
+    patch = _store_value(code, source)
+    if patch is None:
         return None
-    body, has_value = found
-    if has_value:
+    has_value = patch is not False
+    if patch is not False:  # (not `if has_value`: mypy narrows the patch's type on this test only)
         names.add(VALUE_NAME)
+        # code.replace() called here, one frame below _compile: with the audit hook installed, the
+        # walk it makes for the event stops at _compile's frame, found clean for its compile().
+        code = code.replace(co_code=patch[0], co_names=patch[1])
     host = "import" in source and any(n.partition(".")[0] in _HOST_MODULES for n in names)
     # Positional: a NamedTuple made with keywords costs a dict of them.
-    return CompiledCell(source, filename, lines, body, has_value, frozenset(names), _NO_NAMES, False, host)
+    return CompiledCell(source, filename, lines, code, has_value, frozenset(names), _NO_NAMES, False, host)
 
 
-def _store_value(code: CodeType, source: str) -> tuple[CodeType, bool] | None:
-    """(`code` storing its trailing expression's value in VALUE_NAME, True), (`code`, False) if the
-    cell does not end with an expression, or None if the code alone cannot tell.
+def _store_value(code: CodeType, source: str) -> _Patch | Literal[False] | None:
+    """What makes `code` store its trailing expression's value in VALUE_NAME (its new co_code and
+    co_names), False if the cell does not end with an expression, or None if the code alone cannot
+    tell.
 
     The module's implicit `return None` follows its last statement on every path that reaches the
     end. When that statement is an expression, the return usually follows the POP_TOP that discards
@@ -345,11 +357,11 @@ def _store_value(code: CodeType, source: str) -> tuple[CodeType, bool] | None:
     if kind is _EXPRESSION:
         return _with_value(code, raw, befores) if popped else None
     if kind is not None:
-        return code, False
+        return False
     positions = list(code.co_positions())  # type: ignore[attr-defined]  # 3.11+: _FAST
     if not popped:
         stores = [positions[b][0] for b in befores if ops[b] in _STORES]
-        return (code, False) if _ends_with_assignment(text, stores, len(befores)) else None
+        return False if _ends_with_assignment(text, stores, len(befores)) else None
     for before, unit in zip(befores, returns, strict=True):
         if positions[before] != positions[unit]:
             # A return placed after another statement's POP_TOP keeps its own position: the last
@@ -362,12 +374,13 @@ def _store_value(code: CodeType, source: str) -> tuple[CodeType, bool] | None:
     tail = max((p[1], p[3]) for p in where)
     kind = _last_statement((head[0], tail[0], head[1], tail[1]), text)
     if kind is not _EXPRESSION:
-        return None if kind is None else (code, False)
+        return None if kind is None else False
     return _with_value(code, raw, befores)
 
 
-def _with_value(code: CodeType, raw: bytes, pops: list[int]) -> tuple[CodeType, bool] | None:
-    """`code` with the POP_TOPs at `pops` storing the value in VALUE_NAME instead."""
+def _with_value(code: CodeType, raw: bytes, pops: list[int]) -> _Patch | None:
+    """The co_code and co_names of `code` with the POP_TOPs at `pops` storing the value in
+    VALUE_NAME instead."""
     names = code.co_names
     index = names.index(VALUE_NAME) if VALUE_NAME in names else len(names)
     if index > 255:
@@ -378,7 +391,7 @@ def _with_value(code: CodeType, raw: bytes, pops: list[int]) -> tuple[CodeType, 
         patched[2 * unit + 1] = index
     if index == len(names):
         names = (*names, VALUE_NAME)
-    return code.replace(co_code=bytes(patched), co_names=names), True
+    return bytes(patched), names
 
 
 _EXPRESSION = "expression"

@@ -1442,13 +1442,13 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
 
 
 def _cell_compilers() -> dict[str, CodeType]:
-    """The compile fast path's own events: `_compile` compiles a cell's source, `_with_value` makes
+    """The compile fast path's own events: `_compile` compiles a cell's source, `_from_source` makes
     its code store the trailing value (code.replace). With no sandboxed code on the stack they are
     the host's, as compiling a tree of its own is (a snapshot's save and restore compile cells while
     an execution's rules are active). A compiled tree's "compile" is recognised by its argument."""
-    from .._compile import _compile, _with_value
+    from .._compile import _compile, _from_source
 
-    return {"compile": _compile.__code__, "code.__new__": _with_value.__code__}
+    return {"compile": _compile.__code__, "code.__new__": _from_source.__code__}
 
 
 def _forward_ref_evaluate() -> CodeType | None:
