@@ -82,6 +82,7 @@ class _Repr(reprlib.Repr):
 
 
 _SIMPLE = frozenset({float, bool, type(None), complex})
+SHORT_INT_BITS = 4000  # an int shorter than this is shown by its repr as it is
 _SCALARS = frozenset({int, float, bool, complex, type(None)})
 # Builtin types that are never a table or array and whose type name is their own `__name__`.
 # Looked up only for classes whose metaclass is `type`: hashing any other class may run its code.
@@ -102,7 +103,11 @@ _LIMITED: dict[type, str] = {
 def bounded_repr(obj: Any, limit: int) -> tuple[str, bool]:
     """Return (text, truncated) with len(text) <= limit + a short marker."""
     t = type(obj)
-    if t in _SIMPLE or (t is int and obj.bit_length() < 4000) or (t is str and len(obj) * 4 < limit):
+    if (
+        t in _SIMPLE
+        or (t is int and obj.bit_length() < SHORT_INT_BITS)
+        or (t is str and len(obj) * 4 < limit)
+    ):
         return repr(obj), False  # the common case, without building a reprlib walker
     r = _Repr(limit)  # per call: it records whether it cut anything
     try:

@@ -19,7 +19,15 @@ from typing import Any
 
 from ._capture import BoundedText, Capture, OutputCapture, TextSink, exit_execution
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
-from ._introspect import SCALAR_TYPES, bounded_repr, describe_fields, type_name, value_repr, variable_name
+from ._introspect import (
+    SCALAR_TYPES,
+    SHORT_INT_BITS,
+    bounded_repr,
+    describe_fields,
+    type_name,
+    value_repr,
+    variable_name,
+)
 from ._limits import Limits
 from ._models import (
     UNSET,
@@ -382,8 +390,15 @@ _scalar_variable = builder(VariableInfo, "name", "type", "repr", "repr_truncated
 def _variable(name: str, value: Any, limit: int) -> VariableInfo:
     t = type(value)
     if type(t) is type and t in SCALAR_TYPES:  # describe_fields' first case, without its dict
-        text, truncated = bounded_repr(value, limit)
-        return _scalar_variable(variable_name(name, limit), t.__name__, text, truncated)
+        # bounded_repr's and variable_name's common cases inline (a new cell's variables are
+        # mostly numbers with plain names): the repr as it is, the name as it is.
+        if t is not int or value.bit_length() < SHORT_INT_BITS:
+            text, truncated = repr(value), False
+        else:
+            text, truncated = bounded_repr(value, limit)
+        if type(name) is not str or len(name) > limit or not name.isascii():
+            name = variable_name(name, limit)
+        return _scalar_variable(name, t.__name__, text, truncated)
     fields = describe_fields(name, value, limit)
     # Sizes read by duck typing may be int subclasses (a bool, an IntEnum): the model holds exact
     # ints, as validation would make them (`int.__int__` runs no method of the subclass).
