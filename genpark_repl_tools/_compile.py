@@ -430,6 +430,10 @@ def _last_line(text: list[str]) -> str | None:
     if last < 0 or (last and text[last - 1].endswith("\\")):
         return None
     line = text[last]
+    if line.isascii() and line.isidentifier():  # a bare name (`df`, `result`): what the rest reads
+        if line in _STATEMENT_WORDS:
+            return _STATEMENT  # `pass`, `break`, ...
+        return None if line in _VALUE_WORDS or line == "__debug__" else _EXPRESSION
     if line[0] in " \t\f":
         header = last
         while header >= 0 and (text[header][:1] in (" ", "\t", "\f", "") or text[header].lstrip()[:1] == "#"):
