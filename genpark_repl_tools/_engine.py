@@ -97,6 +97,11 @@ class ReplEngine:
             except BaseException:
                 self._boundary.close()
                 raise
+        # What runs a request: the boundary itself unless runs are saved to a store (set here, once:
+        # a store is given only to the constructor). The observer calls it directly, so a run's stack
+        # holds one frame fewer (with the audit hook installed, each new frame is a step of its walks).
+        with_store = self._durable is not None and self._durable.store is not None
+        self._execute = self._durable_execute if with_store else self._boundary.execute
 
     # ---- properties -----------------------------------------------------------------------------
 
@@ -130,10 +135,14 @@ class ReplEngine:
         if isinstance(request, ExecutionResult):
             return request  # the result that refuses the call
         boundary = self._boundary  # what _observed does, one call fewer on every run
-        return self._observer.call(request, call_id, boundary.policy.name, boundary.name, self._execute)
+        return self._observer.call(
+            request, call_id, boundary.policy.name, boundary.name, self._execute, self._file_changes
+        )
 
     def _observed(self, request: ExecutionRequest, call_id: str | None) -> ExecutionResult:
-        return self._observer.call(request, call_id, self.policy.name, self._boundary.name, self._execute)
+        return self._observer.call(
+            request, call_id, self.policy.name, self._boundary.name, self._execute, self._file_changes
+        )
 
     async def arun(
         self,
@@ -286,13 +295,13 @@ class ReplEngine:
             )
         return ExecutionRequest(code, session, timeout_s)
 
-    def _execute(self, request: ExecutionRequest) -> ExecutionResult:
-        if self._durable is not None and self._durable.store is not None:
-            result = self._durable.run(request, self._boundary.execute)  # lease, restore if stale, save
-        else:
-            result = self._boundary.execute(request)
-        # What the run did to the session's files: one stat while it has none (none at all if the
-        # boundary saw no write), a scan once it has.
+    def _durable_execute(self, request: ExecutionRequest) -> ExecutionResult:
+        assert self._durable is not None
+        return self._durable.run(request, self._boundary.execute)  # lease, restore if stale, save
+
+    def _file_changes(self, request: ExecutionRequest, result: ExecutionResult) -> None:
+        """What the run did to the session's files: one stat while it has none (none at all if the
+        boundary saw no write), a scan once it has."""
         path = self._workspaces.get(request.session)
         if path is None:  # asked again each run until the session has a directory
             workspace = self._boundary.session_workspace(request.session)
@@ -302,7 +311,6 @@ class ReplEngine:
             # FileChanges it made (none, without a look at the directory, if the boundary can tell)
             stamp = self._boundary.workspace_writes(request.session)
             set_field(result, "files", self._files.changes(request.session, path, stamp))
-        return result
 
     def interrupt(self, session: str = "default") -> bool:
         """Stop the code running in `session` now; returns whether anything was running.

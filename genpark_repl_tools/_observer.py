@@ -57,7 +57,10 @@ class Observer:
         policy: str,
         boundary: str,
         execute: Callable[[ExecutionRequest], ExecutionResult],
+        finish: Callable[[ExecutionRequest, ExecutionResult], None],
     ) -> ExecutionResult:
+        """`execute(request)`, then `finish(request, result)` (the engine's own step after a run),
+        accounted, traced and logged."""
         ledger = self.ledger
         if ledger.budgeted:  # without budgets there is nothing to reserve (Ledger.admit)
             refused = ledger.admit(request.session, policy, boundary)
@@ -72,10 +75,12 @@ class Observer:
         try:
             if tracer is None:
                 result = execute(request)
+                finish(request, result)
             else:
                 span = start_span(tracer, request.session, call_id, policy, boundary, len(request.code))
                 with use_span(span):
                     result = execute(request)
+                    finish(request, result)
         except BaseException as exc:
             ledger.release(request.session)
             if span is not None:
