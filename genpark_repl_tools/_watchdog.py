@@ -83,6 +83,11 @@ class Watchdog:
         self._slots: set[Slot] = set()
         self._wake = threading.Event()
         self._next_wake = float("inf")
+        # Whether arm() ran since the loop's last pass. The loop's passes alone rarely see a slot:
+        # it takes the GIL when the executing thread blocks, which is between executions (a
+        # subprocess worker waiting for its next request), so judged by its passes alone a busy
+        # watchdog went to sleep LINGER_S after its start and was then woken by every arm().
+        self._armed = False
         self._thread: threading.Thread | None = None
         # Set once, under the lock, and never unset: read without the lock (the runner reads it per
         # run instead of calling `start`).
@@ -110,6 +115,7 @@ class Watchdog:
         # `with`, not acquire()/try: an exception raised right after acquire() returns (a signal's
         # KeyboardInterrupt) would leave the lock held and hang every later run.
         with self._lock:
+            self._armed = True
             self._slots.add(slot)
             if self._thread is None:
                 self._start_locked()
@@ -173,8 +179,9 @@ class Watchdog:
                         slot.next_fire = now + REFIRE_S
                         _set_async_exc(slot.tid, slot.exception)
                     next_wake = min(next_wake, slot.next_fire)
-                if self._slots:
+                if self._slots or self._armed:
                     idle_since = None
+                    self._armed = False
                 elif idle_since is None:
                     idle_since = now
                 elif now - idle_since > LINGER_S:
