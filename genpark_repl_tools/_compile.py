@@ -296,8 +296,9 @@ def _from_source(
     patch = _store_value(code, source)
     if patch is None:
         return None
-    has_value = patch is not False
-    if patch is not False:  # (not `if has_value`: mypy narrows the patch's type on this test only)
+    has_value = False
+    if patch is not False:
+        has_value = True
         names.add(VALUE_NAME)
         # code.replace() called here, one frame below _compile: with the audit hook installed, the
         # walk it makes for the event stops at _compile's frame, found clean for its compile().
