@@ -660,7 +660,8 @@ def _method(s: dict[str, Any]) -> list[str]:
         "of the two batches timed moments apart, so load from other processes hits both sides alike. "
         "`per call` is the fastest round (other processes only ever add time). Up to "
         f"{s['rounds']} rounds of batches of about {s['target_round_s'] * 1000:.0f} ms, "
-        f"{s['budget_s']:g} s per figure. Compare ratios, not times: this machine is shared.",
+        f"{s['budget_s']:g} s per figure; a batch's size comes from timing a batch of warm calls first, "
+        "not one call. Compare ratios, not times: this machine is shared.",
         "- Executors that do their work in the calling process (bare exec, the in-process boundary, the "
         "in-process peers) are timed in process CPU time, which other processes on a shared machine barely "
         "disturb; the subprocess boundary and Jupyter, whose work happens in other processes, in wall time "

@@ -60,11 +60,41 @@ def _batch(fn: Callable[[str], object], code: str, number: int, clock: Callable[
     return (clock() - started) / number
 
 
+def batch_size(
+    fn: Callable[[str], object],
+    codes: Callable[[], str],
+    clock: Callable[[], float],
+    target_s: float,
+    most: int,
+) -> int:
+    """How many calls of `fn` (on `codes()`) make a batch of about `target_s` (at most `most`).
+
+    Measured after one untimed call, on a batch (1, 2, 4, ... calls) that lasts a quarter of
+    `target_s`, not on one call: the first call after a setup cell can take ten times a warm one (a
+    collection, cold caches), and a batch sized by it holds a couple of calls, whose per-batch costs
+    (another session's caches, a worker's wake-up) the figure would then charge to every call.
+    """
+    fn(codes())
+    number = 1
+    while True:
+        batch = [codes() for _ in range(number)]
+        started = clock()
+        for code in batch:
+            fn(code)
+        elapsed = clock() - started
+        if elapsed >= target_s / 4 or number >= most:
+            return max(1, min(most, int(target_s * number / max(elapsed, 1e-9))))
+        number *= 2
+
+
 def interleaved(
-    calls: dict[str, Call], first: dict[str, float], s: F.Settings, clock: str
+    calls: dict[str, Call], s: F.Settings, clock: str
 ) -> tuple[dict[str, list[float]], dict[str, int]]:
     """Per-call seconds of each call, measured in alternating rounds so machine load hits all alike."""
-    numbers = {k: max(1, min(100_000, int(s.target_round_s / max(first[k], 1e-7)))) for k in calls}
+    numbers = {
+        k: batch_size(fn, lambda c=code: c, CLOCKS[clock], s.target_round_s, 100_000)
+        for k, (fn, code) in calls.items()
+    }
     samples: dict[str, list[float]] = {k: [] for k in calls}
     started = time.perf_counter()
     for _ in range(s.rounds):
@@ -143,7 +173,7 @@ def _latency_figure(ex: Executor, bare: Bare, fig: F.Latency, s: F.Settings, emi
         emit("figure", figure=fig.key, failure=failure)
         return
     calls = {"x": (ex.caller("main"), fig.code), "bare": (bare.caller("main"), fig.code)}
-    samples, numbers = interleaved(calls, {"x": first, "bare": bare_first}, s, ex.clock)
+    samples, numbers = interleaved(calls, s, ex.clock)
     _emit_paired(emit, fig.key, ex.clock, samples, numbers)
 
 
@@ -168,9 +198,7 @@ def _namespace_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) ->
                 "ref": (ex.caller("ns-0"), "x = 1"),
                 "bare": (bare.caller(session), "x = 1"),
             }
-            samples, numbers = interleaved(
-                calls, {"x": first, "ref": ref_first, "bare": bare_first}, s, ex.clock
-            )
+            samples, numbers = interleaved(calls, s, ex.clock)
             emit(
                 "figure",
                 figure="namespace",
@@ -219,13 +247,13 @@ def _new_cell_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> 
         emit("figure", figure="new_cell", failure=failure)
         return
     clock = CLOCKS[ex.clock]
-    # Fewer calls per batch than the latency figures: each one leaves a new cell in the caches.
-    numbers = {
-        k: max(1, min(2_000, int(s.target_round_s / max(t, 1e-7))))
-        for k, t in (("x", first), ("bare", bare_first))
-    }
     callers = {"x": ex.caller(session), "bare": bare.caller(session)}
     serial = itertools.count(2)
+    # Fewer calls per batch than the latency figures: each one leaves a new cell in the caches.
+    numbers = {
+        k: batch_size(fn, lambda: F.new_cell_code(next(serial)), clock, s.target_round_s, 2_000)
+        for k, fn in callers.items()
+    }
     samples: dict[str, list[float]] = {"x": [], "bare": []}
     started = time.perf_counter()
     for _ in range(s.rounds):
@@ -472,12 +500,7 @@ def job_adapter(s: F.Settings, emit: Emitter) -> None:
             emit("figure", figure="adapter", failure=failure)
             return
         calls: dict[str, Call] = {k: (_ignoring_code(fn), "") for k, fn in fns.items()}
-        first = {}
-        for k, fn in fns.items():
-            started = time.perf_counter()
-            fn()
-            first[k] = time.perf_counter() - started
-        samples, _ = interleaved(calls, first, s, "cpu")
+        samples, _ = interleaved(calls, s, "cpu")
         overheads = [t - c for t, c in zip(samples["tool"], samples["core"], strict=True)]
         # Like for like: our tool against a plain BaseTool that also calls engine.run, timed in the
         # same rounds (LangChain's code and the engine's, run one after the other, cost more than

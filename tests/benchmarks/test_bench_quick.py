@@ -201,3 +201,19 @@ def test_a_crashing_job_is_reported() -> None:
     failed = job.event("failed")
     assert failed is not None
     assert "unknown executor 'no-such-executor'" in failed["error"]
+
+
+def test_a_batch_is_sized_by_warm_calls_not_by_a_slow_first_one() -> None:
+    """The first call after a setup cell may be slow; a batch sized by it would hold a couple of calls."""
+    worker = _bench_module("_worker")
+    now = [0.0]
+    calls: list[str] = []
+
+    def fn(code: str) -> None:
+        calls.append(code)
+        now[0] += 0.010 if len(calls) == 1 else 0.000_010  # 10 ms once, then 10 us a call
+
+    size = worker.batch_size(fn, lambda: "x = 1", lambda: now[0], 0.005, 100_000)
+    assert 400 <= size <= 600  # 5 ms of 10 us calls; one slow call sized it to 1 before
+    assert len(calls) < 1000  # calibrating took about a quarter of a batch, not more
+    assert worker.batch_size(fn, lambda: "x = 1", lambda: now[0], 0.005, 50) == 50  # the cap holds
