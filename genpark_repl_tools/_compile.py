@@ -12,6 +12,7 @@ import threading
 from types import CodeType
 from typing import Any, Literal, NamedTuple
 
+from ._capture import route, unroute
 from ._models import AuditFinding, ErrorInfo
 from .policy._runtime import PolicyRuntime
 from .policy._screen import REVIEWED_VERSIONS
@@ -48,6 +49,9 @@ class CompiledCell(NamedTuple):
     touches_host: bool = False
     findings: tuple[AuditFinding, ...] = ()
     syntax_error: ErrorInfo | None = None
+    # What compiling it wrote to stderr (SyntaxWarnings), the cell named "<input>" as in tracebacks:
+    # written to the stderr of every run of the cell, as the interpreter shows them when it compiles.
+    warnings: str = ""
 
 
 class _BoundNames:
@@ -151,13 +155,57 @@ def compile_cell(source: str, runtime: PolicyRuntime) -> CompiledCell:
     with _cache_lock:
         cell = generations[1].get(key)
     if cell is None:
-        cell = _compile(source, runtime)
+        # The compiler's warnings go to sys.stderr: routed here (this context only), they become the
+        # cell's, instead of text on the host's stderr that the model never sees.
+        compiling = _CompilerOutput()
+        token = route(compiling)
+        try:
+            cell = _compile(source, runtime)
+        finally:
+            unroute(token)
+        if compiling.parts:
+            cell = cell._replace(warnings=_warnings_text(compiling.getvalue(), cell.filename))
     with _cache_lock:
         young = generations[0]
         young[key] = cell
         if len(young) >= _GENERATION:
             generations[:] = [{}, young]
     return cell
+
+
+class _CompilerOutput:
+    """Both streams of a compile: the compiler's warnings (a few per cell, the first ones kept)."""
+
+    __slots__ = ("parts",)
+    truncated = False
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    @property
+    def stdout(self) -> _CompilerOutput:
+        return self
+
+    @property
+    def stderr(self) -> _CompilerOutput:
+        return self
+
+    def write(self, text: str) -> None:
+        if len(self.parts) < _WARNING_PARTS_KEPT:
+            self.parts.append(text)
+
+    def getvalue(self) -> str:
+        return "".join(self.parts)
+
+
+_WARNING_PARTS_KEPT = 200
+
+
+def _warnings_text(text: str, filename: str) -> str:
+    """The compiler's warnings as a run shows them: the cell named as tracebacks name it, each
+    warning once (the tree path may parse and compile a cell twice)."""
+    lines = text.replace(filename, "<input>").splitlines()
+    return "\n".join(dict.fromkeys(lines)) + "\n"
 
 
 # CPython before 3.12 can fail with "SystemError: AST constructor recursion depth mismatch" when two

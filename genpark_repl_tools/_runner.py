@@ -113,6 +113,8 @@ def run_cell(
     else:
         capture = capture_factory(limits.max_output_chars)
         out, err = capture.stdout, capture.stderr
+    if cell.warnings:  # the compiler's, shown before the cell's own output
+        err.write(cell.warnings)
     # The execution's context: its figures, and (standing in for a capture) its output routing.
     figures = FigureRun(session.figures, limits, out, err)
     # Host code, before the guards: may make pyplot headless before the cell imports it.

@@ -7,11 +7,13 @@ import ast
 import asyncio
 import ctypes
 import json
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 
@@ -151,6 +153,20 @@ class BoundaryConformance:
     def test_stdout_and_stderr_are_captured_separately(self, engine: ReplEngine) -> None:
         result = engine.run("import sys\nprint('out')\nprint('err', file=sys.stderr)")
         assert (result.stdout, result.stderr) == ("out\n", "err\n")
+
+    def test_compiler_warnings_are_the_cells_stderr(self, engine: ReplEngine) -> None:
+        # A SyntaxWarning comes from compiling, before the code runs: it is the cell's stderr (on
+        # every run of it, in every session: compiled cells are cached), not the host's. Shown as a
+        # plain `python` shows warnings (a test runner records them, or makes them errors).
+        code = "import sys\ny = 5\nx = y is 5\nprint('err', file=sys.stderr)"
+        warning = '<input>:3: SyntaxWarning: "is" with a literal. Did you mean "=="?\n'
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", SyntaxWarning)
+            warnings.showwarning = _show_on_stderr
+            for session in ("warned", "warned", "other"):
+                result = engine.run(code, session)
+                assert (result.status, result.stderr) == ("ok", warning + "err\n")
+            assert engine.run("print('fine')", "warned").stderr == ""
 
     def test_output_flood_is_bounded(self, make_engine: MakeEngine) -> None:
         engine = make_engine(policy="trusted", limits=Limits(timeout_s=5, max_output_chars=1000))
@@ -568,6 +584,18 @@ class BoundaryConformance:
 INTERRUPT_BOUND_S = 10.0
 # A streamed chunk arrives within ~10 ms of its print on a quiet machine (the issue asks 250 ms).
 STREAM_CHUNK_BOUND_S = 1.0
+
+
+def _show_on_stderr(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """`warnings.showwarning` as a plain `python` has it: the warning on sys.stderr."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno))
 
 
 def _cumulative(arrivals: list[tuple[float, str]]) -> list[tuple[float, str]]:

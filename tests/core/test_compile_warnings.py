@@ -1,0 +1,92 @@
+"""Warnings the compiler gives for a cell (SyntaxWarning) are the cell's stderr, not the host's.
+
+The boundary conformance suite checks what a run shows on every boundary; this checks what the host
+process sees, and the paths that compile a cell more than once. pytest records warnings itself (and
+runs this suite with `-W error`), so the in-process checks here show them as a plain `python` does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from genpark_repl_tools import ReplEngine
+
+WARNING = '<input>:2: SyntaxWarning: "is" with a literal. Did you mean "=="?\n'
+
+
+@pytest.fixture
+def plain_warnings() -> Iterator[None]:
+    """Warnings shown on sys.stderr, as a plain `python` shows them."""
+
+    def show(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: object
+    ) -> None:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", SyntaxWarning)
+        warnings.showwarning = show
+        yield
+
+
+def test_the_host_process_prints_nothing() -> None:
+    script = (
+        "from genpark_repl_tools import ReplEngine\n"
+        "for policy in ('trusted', 'standard', 'strict'):\n"
+        "    r = ReplEngine(policy=policy).run('y = 5\\nx = y is 5', 's')\n"
+        "    print(repr(r.stderr))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # before: "<cell-...>:2: SyntaxWarning: ..." on the host's stderr
+    assert done.stdout.splitlines() == [repr(WARNING)] * 3
+
+
+@pytest.mark.parametrize("policy", ["trusted", "standard", "strict"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "y = 5\nx = y is 5",  # compiled from source
+        "y = 5\nx = y is 5\ntry:\n    pass\nexcept Exception:\n    pass",  # the tree path (guards)
+        "y = 5\nx = y is 5\ny",  # with a trailing value
+    ],
+)
+def test_every_run_shows_the_warning_once(plain_warnings: None, policy: str, code: str) -> None:
+    engine = ReplEngine(policy=policy)
+    for session in ("s", "s", "t"):  # the second run and the other session use the cached cell
+        result = engine.run(code, session)
+        assert result.status == "ok", result.error
+        assert result.stderr == WARNING  # once, even where the cell was parsed or compiled twice
+
+
+def test_the_warning_comes_before_the_cells_own_stderr(plain_warnings: None) -> None:
+    result = ReplEngine(policy="trusted").run("import sys\nx = 5 is 5\nprint('own', file=sys.stderr)", "s")
+    assert result.stderr == WARNING + "own\n"
+
+
+def test_each_warning_keeps_its_line(plain_warnings: None) -> None:
+    result = ReplEngine(policy="trusted").run("y = 5\nx = y is 5\nz = y is not 6", "s")
+    assert (
+        result.stderr == WARNING + '<input>:3: SyntaxWarning: "is not" with a literal. Did you mean "!="?\n'
+    )
+
+
+def test_a_cell_without_warnings_writes_nothing(plain_warnings: None) -> None:
+    engine = ReplEngine(policy="standard")
+    assert engine.run("x = 1\nx", "s").stderr == ""
+
+
+def test_a_host_that_makes_warnings_errors_gets_a_syntax_error() -> None:
+    # pytest runs this suite with `-W error`: the compiler then raises, as under `python -W error`.
+    result = ReplEngine(policy="standard").run("w = 5\nv = w is 7", "s")  # a cell no test compiled
+    assert result.status == "error"
+    assert result.error is not None
+    assert (result.error.type, result.error.line) == ("SyntaxError", 2)
+    assert result.stderr == ""
