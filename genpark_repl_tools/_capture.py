@@ -280,7 +280,7 @@ class _Router(io.TextIOBase):
 
     def _target(self) -> TextSink | None:
         cap = self._current()
-        if cap is None:
+        if cap is None or getattr(cap, "finished", False):  # finished: a run Ctrl-C cut short
             return None
         return cap.stdout if self._name == "stdout" else cap.stderr
 
@@ -347,11 +347,13 @@ class _Router(io.TextIOBase):
 # Taken with `with`, never acquire()/try: a KeyboardInterrupt raised right after acquire() returns
 # (a signal lands there) would leave it held and hang every later run of the process.
 _lock = threading.Lock()
-_active = 0  # contexts routed now: executions and guarded calls
-# Executions (`enter_execution`) running now and ever started, for whoever needs to know whether
-# one ran alone (figure ownership, _rich): counted under the same lock as the routing, so an
-# execution pays one lock to start and one to end.
-_executions = 0
+# The captures routed now (executions and guarded calls), each with whether it counts as an execution.
+# Executions running now and ever started are for whoever needs to know whether one ran alone
+# (figure ownership, _rich): kept under the same lock as the routing, so an execution pays one lock
+# to start and one to end. A capture whose run marked it `finished` but was interrupted (Ctrl-C)
+# before it left (see run_cell) is dropped by the next execution to start or end: its routing can
+# never outlive it, and the routers still come off when the last live one ends.
+_live: dict[Any, bool] = {}
 _started = 0
 # Created once and reused: building a TextIOBase per execution would cost more than the execution.
 _routers = (_Router("stdout", 0), _Router("stderr", 1))
@@ -392,48 +394,78 @@ def enter_execution(
 ) -> tuple[Token[OutputCapture | None], int, bool]:
     """`route(cap)` for one execution, `counted` among the running ones: (the token for
     `exit_execution`, the execution's serial number, whether no other execution was running)."""
-    global _active, _executions, _started
+    global _started
     out, err = _routers
-    fallbacks = _fallbacks
+    live = _live
     with _lock:
-        if _active == 0:
-            fallbacks[0] = sys.stdout
-            fallbacks[1] = sys.stderr
+        if live:
+            _drop_finished()
+        if not live:  # the first: the streams it replaces are the host's (never a router, which an
+            # exit cut short by Ctrl-C can leave installed: then the host's are still the fallbacks)
+            if sys.stdout is not out:
+                _fallbacks[0] = sys.stdout
+            if sys.stderr is not err:
+                _fallbacks[1] = sys.stderr
         # Also when already active: executed code (trusted policy) may have replaced the streams.
         if sys.stdout is not out:
             sys.stdout = out
         if sys.stderr is not err:
             sys.stderr = err
-        _active += 1
+        live[cap] = counted
         if counted:
-            _executions += 1
             _started += 1
         serial = _started
-        alone = _executions == 1
+        alone = counted if len(live) == 1 else _running() == 1
     return _current.set(cap), serial, alone
 
 
 def exit_execution(token: Token[OutputCapture | None], counted: bool = True) -> None:
     """End what `enter_execution` began: this context's routing, and the routers when no
     execution is left."""
-    global _active, _executions
+    cap = _current.get()
     _current.reset(token)
+    live = _live
     with _lock:
-        if counted:
-            _executions -= 1
-        _active -= 1
-        if _active == 0:
+        live.pop(cap, None)
+        if live:
+            _drop_finished()
+        else:  # _restore_streams(), inline: the common case, once per run
             fallbacks = _fallbacks
-            sys.stdout = fallbacks[0]
-            sys.stderr = fallbacks[1]
+            if fallbacks[0] is not None:
+                sys.stdout = fallbacks[0]
+            if fallbacks[1] is not None:
+                sys.stderr = fallbacks[1]
             fallbacks[0] = fallbacks[1] = None
+
+
+def _drop_finished() -> None:
+    """Forget the captures of runs that ended without leaving (under `_lock`); the last one gone
+    puts the host's streams back."""
+    for cap in [c for c in _live if getattr(c, "finished", False)]:
+        del _live[cap]
+    if not _live:
+        _restore_streams()
+
+
+def _restore_streams() -> None:
+    fallbacks = _fallbacks
+    if fallbacks[0] is not None:
+        sys.stdout = fallbacks[0]
+    if fallbacks[1] is not None:
+        sys.stderr = fallbacks[1]
+    fallbacks[0] = fallbacks[1] = None
+
+
+def _running() -> int:
+    """Executions running now (under `_lock`)."""
+    return sum(_live.values())
 
 
 def alone_since(serial: int) -> bool:
     """Whether the execution numbered `serial` is the only one running and none started after it
     (call it from that execution, which ran alone when it started)."""
     with _lock:
-        return _executions == 1 and _started == serial
+        return _started == serial and _running() == 1
 
 
 def current() -> OutputCapture | None:

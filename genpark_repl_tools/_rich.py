@@ -125,6 +125,7 @@ class FigureRun:
         "_dropped",
         "_serial",
         "attachments",
+        "finished",
         "limits",
         "notes",
         "owner",
@@ -146,6 +147,8 @@ class FigureRun:
         # Kept here, not only found in pyplot's registry: two threads creating figures at once can
         # get the same number, and the registry then forgets one of them. Made by the first.
         self._created: list[Any] | None = None
+        # Set when the run ends, before it leaves the routing (see _capture.enter_execution).
+        self.finished = False
         # _serial and _alone are set by enter().
 
     def enter(self) -> Token[OutputCapture | None]:

@@ -117,9 +117,10 @@ def run_cell(
         err.write(cell.warnings)
     # The execution's context: its figures, and (standing in for a capture) its output routing.
     figures = FigureRun(session.figures, limits, out, err)
-    # Host code, before the guards: may make pyplot headless before the cell imports it.
-    routed = figures.enter()
+    routed = None
     try:
+        # Host code, before the guards: may make pyplot headless before the cell imports it.
+        routed = figures.enter()
         if not watchdog.started:
             watchdog.start()  # outside the sandbox: starting a thread is refused inside it
         outcome: _Outcome | None = None
@@ -149,7 +150,12 @@ def run_cell(
         finally:
             runtime.exit(token)
     finally:
-        exit_execution(routed)
+        # First, with no call before it: a Ctrl-C that cuts what follows short (or cut the routing's
+        # start short, before `routed` was set) still leaves output routed here nowhere but to the
+        # host's streams, and the run is dropped from the routing when the next one starts or ends.
+        figures.finished = True
+        if routed is not None:
+            exit_execution(routed)
     if host_builtins is not None:
         _restore_builtins(host_builtins)  # again: a timeout may have cut the first restore short
     if host_cwd is not None and os.getcwd() != host_cwd:

@@ -172,3 +172,29 @@ def test_an_execution_that_fails_to_start_leaves_no_routing_and_no_count_behind(
     token, _, alone = _capture.enter_execution(_capture.Capture(100))
     _capture.exit_execution(token)
     assert alone
+
+
+def test_a_run_cut_short_before_it_left_the_routing_leaves_the_host_its_streams(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C can land right after a run marked itself finished and before it left the routing (see
+    run_cell): its capture no longer takes output, and the next run to start or end drops it."""
+    from genpark_repl_tools import _capture
+
+    class Cut(_capture.Capture):
+        __slots__ = ("finished",)
+
+    out_before, err_before = sys.stdout, sys.stderr
+    cut = Cut(100)
+    cut.finished = False
+    _capture.enter_execution(cut)  # the token is lost with the interrupt: no exit_execution
+    print("inside")
+    cut.finished = True  # what run_cell's `finally` stores first
+    print("host output after the cut")
+    assert cut.stdout.getvalue() == "inside\n"
+    assert capsys.readouterr().out == "host output after the cut\n"  # not into the dead capture
+    token, _, alone = _capture.enter_execution(_capture.Capture(100))
+    assert alone  # the cut run is no longer counted as running
+    _capture.exit_execution(token)
+    assert sys.stdout is out_before and sys.stderr is err_before  # the routers came off
+    assert not _capture._live

@@ -1,7 +1,8 @@
 """Ctrl-C can land between any two bytecodes of the host's own code around a run. Whatever it
 interrupts, no lock of the engine (output routing, the watchdog, the session, the usage ledger) may be
 left held: a held lock would hang every later run of the process. A storm of SIGINTs while a session
-runs cell after cell, then one more run on another thread must finish."""
+runs cell after cell, then one more run on another thread must finish, and the host's own output must
+reach its own streams again."""
 
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ SCRIPT = textwrap.dedent(
             interrupts += 1
     go.set()
     worker.join(20)
+    # The host's own streams are back, and its output reaches them (not a run's dead capture).
+    print("host output", sys.stdout is sys.__stdout__, sys.stderr is sys.__stderr__, flush=True)
     os.write(1, f"{interrupts} {found[0] if found else 'HUNG'}\\n".encode())
     os._exit(0)
     """
@@ -71,3 +74,4 @@ def test_no_lock_is_left_held_by_an_interrupt(policy: str) -> None:
     assert interrupts.isdigit(), f"no report (stderr: {proc.stderr[-800:]})"
     assert int(interrupts) > 100, proc.stdout  # the storm did interrupt runs
     assert value == "2", f"the run after the storm: {value} (stderr: {proc.stderr[-500:]})"
+    assert "host output True True\n" in proc.stdout  # before: swallowed by a run cut short
