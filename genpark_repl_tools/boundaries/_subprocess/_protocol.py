@@ -126,6 +126,7 @@ _NO_VALUE = 16
 _NO_VALUE_TYPE = 32
 _NO_CPU_MS = 64
 _NO_PEAK_MEMORY_MB = 128
+_TRUE_FLAGS = _STDOUT_TRUNCATED | _STDERR_TRUNCATED | _VALUE_TRUNCATED | _SESSION_RESTARTED
 
 # A decoded result is built as pydantic's validation builds one from the worker's JSON, which names
 # every field: the same __dict__ (declaration order, fresh lists and nested models), every field
@@ -249,10 +250,11 @@ def decode_lean_result(payload: bytes, session: str, policy: str, boundary: str)
         except UnicodeDecodeError:
             raise ProtocolError("a lean result with text that is not UTF-8") from None
     if flags:
-        data["stdout_truncated"] = bool(flags & _STDOUT_TRUNCATED)
-        data["stderr_truncated"] = bool(flags & _STDERR_TRUNCATED)
-        data["value_truncated"] = bool(flags & _VALUE_TRUNCATED)
-        data["session_restarted"] = bool(flags & _SESSION_RESTARTED)
+        if flags & _TRUE_FLAGS:  # the template holds False for each
+            data["stdout_truncated"] = bool(flags & _STDOUT_TRUNCATED)
+            data["stderr_truncated"] = bool(flags & _STDERR_TRUNCATED)
+            data["value_truncated"] = bool(flags & _VALUE_TRUNCATED)
+            data["session_restarted"] = bool(flags & _SESSION_RESTARTED)
         if flags & _NO_VALUE:
             data["value"] = None
         if flags & _NO_VALUE_TYPE:

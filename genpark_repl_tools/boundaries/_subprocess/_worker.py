@@ -137,11 +137,22 @@ def _c_fflush() -> Any:
         return None
 
 
+# The worker's own sys.stdout and sys.stderr (_install_streams): write-through over an unbuffered
+# FileIO, they hold no text while they stay write-through (code may reconfigure them), so
+# flushing them does nothing and is skipped.
+_own_streams: list[io.TextIOWrapper | None] = [None, None]
+
+
 def _flush_all() -> None:
     """Everything written so far reaches the pipes before the reply does (the host relies on it)."""
+    own_out, own_err = _own_streams
+    if own_out is not None and not own_out.write_through:
+        own_out = None
+    if own_err is not None and not own_err.write_through:
+        own_err = None
     for stream in (_STDOUT, _STDERR, sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
-            if stream is not None:
+            if stream is not None and stream is not own_out and stream is not own_err:
                 stream.flush()
         except (OSError, ValueError):  # the code closed or replaced the stream; not ours to fix
             pass
@@ -164,15 +175,21 @@ def _line_buffer_c_stdio() -> None:
 
 def _install_streams() -> None:
     # Writes outside an execution (threads the code started) go to the same pipes, unbuffered.
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        stream = io.TextIOWrapper(
+    out, err = (
+        io.TextIOWrapper(
             io.FileIO(fd, "w", closefd=False),
             encoding="utf-8",
             errors="backslashreplace",
             line_buffering=True,
             write_through=True,
         )
-        setattr(sys, name, stream)
+        for fd in (1, 2)
+    )
+    # sys.__stdout__ too: the interpreter's own wrappers over fds 1 and 2 buffer (a pipe is not a
+    # terminal), so text written to them waited for the end-of-call flush, out of order.
+    sys.stdout, sys.stderr = out, err
+    sys.__stdout__, sys.__stderr__ = out, err  # type: ignore[misc]  # typeshed marks them Final
+    _own_streams[:] = (out, err)
     _line_buffer_c_stdio()
 
 
@@ -203,6 +220,7 @@ class _Worker:
         self.boundary = boundary
         self._limits_by_timeout: dict[float, Limits] = {limits.timeout_s: limits}
         self._parts: list[bytes] = []  # LOAD_PART payloads before their LOAD
+        self.replied: ExecutionResult | None = None  # the result of the reply being sent
 
     def loop(self) -> None:
         P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
@@ -238,6 +256,7 @@ class _Worker:
                 self.session.cancel_pending = False
             _flush_all()
             sock.sendall(P.encode(reply_kind, reply, rid))
+            self.replied = None
 
     def on_interrupt(self, signum: int, frame: Any) -> None:
         """SIGUSR1: the host wrote request ids to stop into the interrupt pipe.
@@ -289,6 +308,7 @@ class _Worker:
                 error.message = (
                     f"the worker's memory limit of {limits.memory_mb} MiB (Limits.memory_mb) was reached"
                 )
+            self.replied = result  # freed once the reply is on its way, not before it is sent
             return _reply(result)
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
             fallback = ExecutionResult(
