@@ -66,14 +66,17 @@ def run_cell(
     limits: Limits,
     boundary: str,
     capture_factory: Callable[[int], OutputCapture] = Capture,
+    measure_cpu: bool = True,
 ) -> ExecutionResult:
     """Run `cell` in `session` (the caller holds `session.lock`).
 
     `capture_factory(limit)` makes the execution's output capture; a subprocess worker passes one
-    that writes through to its file descriptors.
+    that writes through to its file descriptors. `measure_cpu=False`: leave `usage.cpu_ms` None for
+    the caller to set (a worker counts its whole process; reading this thread's CPU clock costs two
+    system calls a run).
     """
     started = _perf_counter()
-    cpu_started = _thread_time_ns()
+    cpu_started = _thread_time_ns() if measure_cpu else None
     count = session.execution_count = session.execution_count + 1
     session.last_used = _monotonic()
     restarted = session.restarted
@@ -172,7 +175,7 @@ def run_cell(
     if figures.attachments or figures.notes:
         attachments = [_clean_attachment(a) for a in figures.attachments]
         notes = [clean(note) for note in figures.notes]  # figure titles and messages are the code's
-    usage = _usage((_thread_time_ns() - cpu_started) // 1000 / 1000)
+    usage = _usage(None if cpu_started is None else (_thread_time_ns() - cpu_started) // 1000 / 1000)
     status = "ok"
     error: ErrorInfo = UNSET
     value = value_type = value_truncated = changes = UNSET
@@ -272,7 +275,7 @@ def _refused(
     boundary: str,
     restarted: bool,
     started: float,
-    cpu_started: int,
+    cpu_started: int | None,
 ) -> ExecutionResult:
     """The result of a cell that does not run: a syntax error, or refused by the policy's audit."""
     fields: dict[str, Any] = {
@@ -298,7 +301,7 @@ def _refused(
         )
         fields["findings"] = list(cell.findings)
     fields["duration_ms"] = round((_perf_counter() - started) * 1e6) / 1000
-    fields["usage"] = _cpu(cpu_started)
+    fields["usage"] = _usage(None) if cpu_started is None else _cpu(cpu_started)
     return assemble(ExecutionResult, fields)
 
 

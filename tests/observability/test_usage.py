@@ -109,3 +109,21 @@ def test_accounts_of_sessions_the_boundary_dropped_are_pruned() -> None:
         assert engine.usage("s0").calls == 0 and engine.history("s0") == []
         assert engine.usage("s1099").calls == 1 and len(engine.history("s1099")) == 1
         assert engine.usage("s1000").calls == 1
+
+
+def test_run_cell_leaves_cpu_to_a_caller_that_measures_it_itself() -> None:
+    # The subprocess worker counts its whole process and sets cpu_ms itself: run_cell then reads no
+    # CPU clock (two system calls a run) and leaves the field for it.
+    from genpark_repl_tools import Limits
+    from genpark_repl_tools._compile import compile_cell
+    from genpark_repl_tools._runner import run_cell
+    from genpark_repl_tools._session import Session
+    from genpark_repl_tools.policy import Policy
+    from genpark_repl_tools.policy._runtime import TrustedRuntime
+
+    runtime = TrustedRuntime(Policy.trusted())
+    session = Session("s", runtime)
+    for code in ("x = 1", "x = ("):  # a run, and a cell refused before it runs
+        cell = compile_cell(code, runtime)
+        assert run_cell(session, cell, runtime, Limits(), "inprocess", measure_cpu=False).usage.cpu_ms is None
+        assert run_cell(session, cell, runtime, Limits(), "inprocess").usage.cpu_ms is not None

@@ -294,7 +294,13 @@ class _Worker:
             cell = compile_cell(code, self.runtime)
             with self.session.lock:
                 result = run_cell(
-                    self.session, cell, self.runtime, limits, self.boundary, capture_factory=_capture_for_call
+                    self.session,
+                    cell,
+                    self.runtime,
+                    limits,
+                    self.boundary,
+                    capture_factory=_capture_for_call,
+                    measure_cpu=False,  # set below, for the whole worker
                 )
             # usage (issue 19): the whole worker's CPU, and its peak memory (a process high-water mark)
             own, children = _rusage()
