@@ -30,33 +30,33 @@ _MAX_LISTED_CHANGES = 12
 
 
 def render_observation(result: ExecutionResult, max_chars: int | None = None) -> str:
+    # Run on every tool call: each section is looked at only when the result has it.
     budget = max(200, max_chars or DEFAULT_MAX_CHARS)
-    fixed: list[str] = []
-    if result.session_restarted:
-        fixed.append(
-            "Note: this session was restarted before this run; variables from earlier runs are gone."
-        )
-    fixed.append(_status_line(result))
-    fixed.extend(_location(result))
+    error = result.error
+    fixed = [_RESTARTED, _status_line(result)] if result.session_restarted else [_status_line(result)]
+    if error is not None or result.status == "blocked":
+        fixed.extend(_location(result))
     tail: list[str] = []
-    changes = _changes_line(result)
-    if changes:
-        tail.append(changes)
+    changes = result.changes
+    if changes.created or changes.rebound or changes.deleted:
+        tail.append(_changes_line(result))
     if result.files:
         tail.append(render_file_changes(result.files))
     for attachment in result.attachments:
         size = f" {attachment.width}x{attachment.height}" if attachment.width and attachment.height else ""
         label = attachment.description or "figure"
         tail.append(f"Attached {attachment.mime_type}{size}: {label}")
-    tail.extend(f"Note: {note}" for note in result.notes)
-    if result.error is not None and result.error.hint:
-        tail.append(f"Hint: {result.error.hint}")
+    if result.notes:
+        tail.extend(f"Note: {note}" for note in result.notes)
+    if error is not None and error.hint:
+        tail.append(f"Hint: {error.hint}")
 
     # Variable-size sections, cut to fit what the fixed ones leave.
     sections: list[tuple[str, str]] = []
-    traceback = _traceback_section(result)
-    if traceback:
-        sections.append(("Traceback (your code only):", traceback))
+    if error is not None:
+        traceback = _traceback_section(result)
+        if traceback:
+            sections.append(("Traceback (your code only):", traceback))
     if result.stdout:
         sections.append(("stdout:", result.stdout.rstrip("\n")))
     if result.stderr:
@@ -64,18 +64,21 @@ def render_observation(result: ExecutionResult, max_chars: int | None = None) ->
     if result.value is not None:
         sections.append(("Out:", result.value))
 
-    used = sum(len(p) + 1 for p in fixed + tail) + sum(len(h) + 2 for h, _ in sections)
-    room = max(0, budget - used)
-    bodies = _fit([body for _, body in sections], room)
-    parts = list(fixed)
-    for (header, _), body in zip(sections, bodies, strict=True):
-        if header == "Out:" and "\n" not in body:
-            parts.append(f"Out: {body}")
-        else:
-            parts.append(f"{header}\n{body}")
-    parts.extend(tail)
-    text = escape_controls("\n".join(parts))
+    if sections:
+        used = sum(len(p) + 1 for p in fixed + tail) + sum(len(h) + 2 for h, _ in sections)
+        bodies = _fit([body for _, body in sections], max(0, budget - used))
+        for (header, _), body in zip(sections, bodies, strict=True):
+            if header == "Out:" and "\n" not in body:
+                fixed.append(f"Out: {body}")
+            else:
+                fixed.append(f"{header}\n{body}")
+    if tail:
+        fixed.extend(tail)
+    text = escape_controls("\n".join(fixed))
     return text if len(text) <= budget else _cut(text, budget)
+
+
+_RESTARTED = "Note: this session was restarted before this run; variables from earlier runs are gone."
 
 
 def _status_line(result: ExecutionResult) -> str:
