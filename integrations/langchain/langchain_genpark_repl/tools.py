@@ -94,7 +94,8 @@ class _EngineTool(BaseTool):
         self, call: Callable[..., Any], args: tuple[str, ...], config: RunnableConfig, arguments: Any
     ) -> Any:
         """`call` (the spec's `call` or `acall`) for this run's session, arguments and options."""
-        arguments.update(zip(self._spec.arguments, args, strict=False))
+        if args:  # a plain string invoked: the spec's arguments in order
+            arguments.update(zip(self._spec.arguments, args, strict=False))
         session = self.session_resolver(config) or self.default_session
         return call(self.engine, session, arguments, self.files, **self._options(config))
 
@@ -148,21 +149,30 @@ class GenparkReplTool(_EngineTool):
         return {"on_event": _graph_writer(config)}
 
 
-def _stream_writer_getter() -> Callable[[], Any] | None:
+def _stream_writer_getter() -> tuple[Callable[[], Any] | None, str | None]:
+    """LangGraph's `get_stream_writer`, and the key of the graph run in a run's `configurable` (None
+    when this LangGraph version keeps it elsewhere: then only the call itself tells)."""
     try:
         from langgraph.config import get_stream_writer
     except ImportError:  # LangChain without LangGraph: nothing to stream to
-        return None
-    return get_stream_writer
+        return None, None
+    try:
+        from langgraph._internal._constants import CONFIG_KEY_RUNTIME
+    except ImportError:  # a private module: a release may move it
+        return get_stream_writer, None
+    return get_stream_writer, CONFIG_KEY_RUNTIME if isinstance(CONFIG_KEY_RUNTIME, str) else None
 
 
-_get_stream_writer = _stream_writer_getter()  # once: a failing import searches sys.path each time
+# Once: a failing import searches sys.path each time.
+_get_stream_writer, _graph_run_key = _stream_writer_getter()
 
 
 def _graph_writer(config: RunnableConfig) -> tools.OnEvent | None:
     """The LangGraph run's custom stream writer as an `on_event`, or None outside a graph run."""
     if _get_stream_writer is None:
         return None
+    if _graph_run_key is not None and _graph_run_key not in (config.get("configurable") or {}):
+        return None  # not inside a graph run: what get_stream_writer() would say by raising KeyError
     try:
         writer = _get_stream_writer()
     except (RuntimeError, KeyError):  # not inside a graph run

@@ -365,3 +365,20 @@ def test_listing_is_safe_while_another_thread_runs_code(engine: ReplEngine) -> N
         stop.set()
         worker.join(timeout=10)
     assert not worker.is_alive()
+
+
+def test_outside_a_graph_run_no_stream_writer_is_looked_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Outside a LangGraph run, get_stream_writer() raises KeyError; the run's config already says so.
+    from langchain_genpark_repl import tools as lc_tools
+
+    if lc_tools._graph_run_key is None:
+        pytest.skip("this LangGraph keeps its run elsewhere: only the call tells")
+
+    def looked_up() -> None:
+        raise AssertionError("get_stream_writer called outside a graph run")
+
+    monkeypatch.setattr(lc_tools, "_get_stream_writer", looked_up)
+    assert lc_tools._graph_writer({"configurable": {"thread_id": "t"}}) is None
+    assert lc_tools._graph_writer({}) is None
+    with pytest.raises(AssertionError, match="called outside"):  # inside one, it is asked
+        lc_tools._graph_writer({"configurable": {lc_tools._graph_run_key: object()}})
