@@ -16,15 +16,17 @@ from typing import Any, Literal, get_type_hints
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langchain_genpark_repl import GenparkReplTool
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from genpark_repl_tools import Limits, ReplEngine
 
 __all__ = ["NoopTool", "PlainTool", "make_calls"]
 
 
-class _CodeArgs(BaseModel):
-    code: str = Field(description="Python code.")
+# Made with real types, as GenparkReplTool's schema is: a class body here would keep its annotations
+# as strings (this module's `from __future__ import annotations`), which LangChain resolves again on
+# every call, and the no-op and plain tools would pay for that where ours does not.
+_CodeArgs = create_model("_CodeArgs", code=(str, Field(description="Python code.")))
 
 
 class NoopTool(BaseTool):
