@@ -429,13 +429,8 @@ def exit_execution(token: Token[OutputCapture | None], counted: bool = True) -> 
         live.pop(cap, None)
         if live:
             _drop_finished()
-        else:  # _restore_streams(), inline: the common case, once per run
-            fallbacks = _fallbacks
-            if fallbacks[0] is not None:
-                sys.stdout = fallbacks[0]
-            if fallbacks[1] is not None:
-                sys.stderr = fallbacks[1]
-            fallbacks[0] = fallbacks[1] = None
+        else:
+            _restore_streams()
 
 
 def _drop_finished() -> None:
