@@ -5,10 +5,15 @@ executing thread with `PyThreadState_SetAsyncExc`, then again every `REFIRE_S` w
 running (code may catch the first one). Handlers in executed code re-raise it on entry (see
 `_transform`), so `except BaseException` inside `while True` cannot keep it.
 
-Race-freedom: the watchdog injects only while holding `_lock` and only into a slot that is not done.
-The runner marks the slot done with a plain store right after the executed code returns (no
-eval-breaker check in between), then `release()` clears any pending injection under the same lock.
-After that no injection can reach the thread.
+Race-freedom: the watchdog injects only during a pass (under `_lock`, with `_passing` set) and only
+into a slot that is not done. The runner marks the slot done with a plain store right after the
+executed code returns (no eval-breaker check in between), then `release()` clears any pending
+injection under the same lock. After that no injection can reach the thread.
+
+`arm` and `release` take no lock when the watchdog is not in the middle of a pass (almost always):
+each writes first and reads second, and the watchdog's pass does the same in the other order, so
+under the GIL's one-at-a-time interleaving one side always sees the other (see `release` and
+`_loop`). Set and dict updates are single bytecodes, atomic under the GIL.
 
 C code (a long `sum(range(10**10))`, a regex, `10**10**8`) sees the exception only when it returns
 to Python: the in-process boundary cannot stop it; the subprocess boundary kills the worker instead.
@@ -88,6 +93,9 @@ class Watchdog:
         # subprocess worker waiting for its next request), so judged by its passes alone a busy
         # watchdog went to sleep LINGER_S after its start and was then woken by every arm().
         self._armed = False
+        # True while the loop's pass looks at the slots (it may be about to inject): release() takes
+        # the lock then.
+        self._passing = False
         self._thread: threading.Thread | None = None
         # Set once, under the lock, and never unset: read without the lock (the runner reads it per
         # run instead of calling `start`).
@@ -112,15 +120,18 @@ class Watchdog:
         deadline = time.monotonic() + timeout_s
         slot = Slot(tid, deadline)
         _by_thread[tid] = slot
-        # `with`, not acquire()/try: an exception raised right after acquire() returns (a signal's
-        # KeyboardInterrupt) would leave the lock held and hang every later run.
-        with self._lock:
-            self._armed = True
-            self._slots.add(slot)
-            if self._thread is None:
+        # No lock (see the module doc). Written first: the slot, then `_armed`; read last:
+        # `_next_wake`. A pass that took its list of slots before the add publishes its `_next_wake`
+        # before it reads `_armed` back; if that read missed this arm, this read sees its value.
+        self._slots.add(slot)
+        self._armed = True
+        if self._thread is None:
+            # `with`, not acquire()/try: an exception raised right after acquire() returns (a
+            # signal's KeyboardInterrupt) would leave the lock held and hang every later run.
+            with self._lock:
                 self._start_locked()
-            if deadline < self._next_wake:
-                self._wake.set()
+        if deadline < self._next_wake:
+            self._wake.set()
         return slot
 
     def cancel(self, slot: Slot) -> bool:
@@ -158,20 +169,32 @@ class Watchdog:
         can follow.
         """
         tid = slot.tid
-        with self._lock:
-            self._slots.discard(slot)
-            if _by_thread.get(tid) is slot:
-                del _by_thread[tid]
-            if slot.fires:
-                _clear_async_exc(tid, None)
+        self._slots.discard(slot)
+        if _by_thread.get(tid) is slot:
+            del _by_thread[tid]
+        # `done` was written first; `_passing` is read before `fires`. A pass that read `done` before
+        # that write had set `_passing` before reading it: seen here, so the lock waits for the pass
+        # to end. A pass that has ended left its `fires` visible. A pass that sets `_passing` after
+        # this read sees `done` and injects nothing.
+        if self._passing or slot.fires:
+            with self._lock:
+                if slot.fires:
+                    _clear_async_exc(tid, None)
 
     def _loop(self) -> None:
         idle_since: float | None = None
         while True:
             with self._lock:
+                # Cleared before the slots are read: a wake-up set by an arm() this pass does not
+                # see is not lost.
+                self._wake.clear()
+                self._passing = True
+                armed = self._armed
+                self._armed = False  # an arm() between these two lines has its slot in the list below
                 now = time.monotonic()
                 next_wake = now + POLL_S
-                for slot in self._slots:
+                slots = list(self._slots)
+                for slot in slots:
                     if slot.done:
                         continue
                     if now >= slot.next_fire:
@@ -179,16 +202,19 @@ class Watchdog:
                         slot.next_fire = now + REFIRE_S
                         _set_async_exc(slot.tid, slot.exception)
                     next_wake = min(next_wake, slot.next_fire)
-                if self._slots or self._armed:
+                if slots or armed:
                     idle_since = None
-                    self._armed = False
                 elif idle_since is None:
                     idle_since = now
                 elif now - idle_since > LINGER_S:
                     next_wake = float("inf")  # nothing to watch for a while: sleep until armed
                 self._next_wake = next_wake
-                self._wake.clear()
-            self._wake.wait(None if next_wake == float("inf") else max(0.0, next_wake - time.monotonic()))
+                self._passing = False
+                # An arm() since the list was taken: look again rather than sleep past its deadline
+                # (if this read misses it, that arm() sees the `_next_wake` above and wakes us).
+                again = self._armed
+            if not again:
+                self._wake.wait(None if next_wake == float("inf") else max(0.0, next_wake - time.monotonic()))
 
 
 watchdog = Watchdog()

@@ -1,9 +1,12 @@
-"""The watchdog sleeps only when no execution was armed for LINGER_S, not when its passes saw none."""
+"""The watchdog sleeps only when no execution was armed for LINGER_S, not when its passes saw none;
+and arm() and release(), which take no lock, never lose a wake-up or leave an injection behind."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -65,3 +68,144 @@ def test_an_idle_watchdog_still_sleeps_and_the_next_arm_wakes_it(monkeypatch: py
     slot.done = True
     dog.release(slot)
     assert wake.sets == sets + 1
+
+
+def test_an_arm_racing_the_watchdogs_pass_is_never_missed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # arm() takes no lock: a pass that took its list of slots just before an arm() must either see
+    # `_armed` and look again, or have published the `_next_wake` that arm() reads and wakes it for.
+    # Sleeping past the deadline (or for good, once idle) would let code run past its timeout.
+    # Short linger and poll times make the watchdog cross idle/active as often as it can.
+    monkeypatch.setattr(_watchdog, "LINGER_S", 0.002)
+    monkeypatch.setattr(_watchdog, "POLL_S", 0.004)
+    monkeypatch.setattr(_watchdog, "REFIRE_S", 30.0)  # one injection per slot: caught below
+    dog = Watchdog()
+    late = []
+    for i in range(150):
+        time.sleep((i % 4) * 0.002)  # 0-6 ms: the watchdog mid-poll, lingering, or asleep
+        slot = dog.arm(0.003)
+        started = time.monotonic()
+        fired_after = None
+        try:
+            while time.monotonic() - started < 5.0:
+                pass
+        except _watchdog.ExecutionTimeout:
+            fired_after = time.monotonic() - started
+        slot.done = True
+        try:
+            dog.release(slot)
+        except _watchdog.ExecutionTimeout:  # pragma: no cover - an injection under way at `done`
+            dog.release(slot)
+        if fired_after is None or fired_after > 1.0:  # on time is ~3-7 ms; a loaded machine, more
+            late.append((i, fired_after))
+    assert not late, f"timeouts missed or late (run, seconds): {late}"
+
+
+class _PassHook(set):  # type: ignore[type-arg]
+    """The watchdog's set of slots, calling `on_list()` on the watchdog's thread right after a
+    pass has taken its list of slots (`list(self._slots)`), which is the moment arm() races."""
+
+    def __init__(self, on_list: Callable[[int], None]) -> None:
+        super().__init__()
+        self.on_list = on_list
+        self.passes = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        items = list(set.__iter__(self))
+        self.passes += 1
+        self.on_list(self.passes)
+        return iter(items)
+
+
+def test_an_arm_just_after_the_pass_took_its_slots_is_seen_before_it_sleeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pass that finds nothing armed for LINGER_S goes to sleep until the next arm() wakes it.
+    # An arm() right after it took its list reads the previous pass's `_next_wake` (earlier than
+    # the new deadline: no wake-up) and its slot is not in the list: unless the pass looks at
+    # `_armed` again before sleeping, it sleeps for good and the code runs past its deadline.
+    monkeypatch.setattr(_watchdog, "LINGER_S", 0.0)
+    monkeypatch.setattr(_watchdog, "POLL_S", 0.01)
+    monkeypatch.setattr(_watchdog, "REFIRE_S", 30.0)
+    main = threading.get_ident()
+    armed: list[_watchdog.Slot] = []
+    dog = Watchdog()
+
+    def on_list(n: int) -> None:
+        # Pass 1 saw the first arm(), pass 2 starts the idle time, pass 3 declares the idle.
+        if n == 3:
+            monkeypatch.setattr(_watchdog, "get_ident", lambda: main)  # arm() for the test's thread
+            armed.append(dog.arm(0.05))
+            monkeypatch.setattr(_watchdog, "get_ident", threading.get_ident)
+
+    dog._slots = _PassHook(on_list)
+    first = dog.arm(30.0)
+    first.done = True
+    dog.release(first)
+    started = time.monotonic()
+    fired_after = None
+    try:
+        while time.monotonic() - started < 5.0:
+            pass
+    except _watchdog.ExecutionTimeout:
+        fired_after = time.monotonic() - started
+    assert armed, "the watchdog made fewer than three passes"
+    armed[0].done = True
+    try:
+        dog.release(armed[0])
+    except _watchdog.ExecutionTimeout:  # pragma: no cover
+        dog.release(armed[0])
+    assert fired_after is not None, "the watchdog slept through the deadline"
+
+
+def test_a_release_during_a_pass_that_is_about_to_inject_waits_and_clears_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # release() takes the lock only when a pass is under way (or the slot fired). Here the pass
+    # reads `done` (False) just before the code returns; the runner then marks it done and releases
+    # while the pass goes on to inject. The release must wait for that pass and clear what it
+    # injected: nothing may surface in the host's code after release() returns.
+    monkeypatch.setattr(_watchdog, "REFIRE_S", 30.0)
+    releasing = threading.Event()
+    reading = threading.Event()
+    watchdog_tid: list[int] = []
+
+    class _RacingSlot(_watchdog.Slot):
+        __slots__ = ("_done",)
+
+        @property
+        def done(self) -> bool:
+            if threading.get_ident() == watchdog_tid[0] and not releasing.is_set():
+                reading.set()
+                releasing.wait(0.5)  # the runner marks it done and releases meanwhile
+                releasing.set()
+                return False  # what the pass read before the runner's store
+            return self._done
+
+        @done.setter
+        def done(self, value: bool) -> None:
+            self._done = value
+
+    dog = Watchdog()
+    dog.start()
+    assert dog._thread is not None
+    watchdog_tid.append(dog._thread.ident or 0)
+    monkeypatch.setattr(_watchdog, "Slot", _RacingSlot)
+    slot = dog.arm(0.0)  # due at once
+    assert reading.wait(10), "no pass read the slot"  # the pass now waits in the property
+    slot.done = True
+    surfaced = 0
+    try:
+        dog.release(slot)
+    except _watchdog.ExecutionTimeout:
+        surfaced += 1  # an injection under way surfaced inside release(): allowed, then released again
+        dog.release(slot)
+    releasing.set()
+    try:
+        for _ in range(200_000):  # the host's code after the run: no injection may land here
+            pass
+        time.sleep(0.05)
+        for _ in range(200_000):
+            pass
+    except _watchdog.ExecutionTimeout:
+        pytest.fail("an injection reached the host after release() returned")
+    assert slot.fires == 1
