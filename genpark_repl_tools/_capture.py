@@ -463,6 +463,15 @@ def alone_since(serial: int) -> bool:
         return _started == serial and _running() == 1
 
 
+def redirect(cap: OutputCapture) -> Token[OutputCapture | None] | None:
+    """Send this context's output to `cap` for a while, inside a run that is routed already (the
+    routers installed, this context's capture live): `token.var.reset(token)` ends it. None when
+    the context is not routed: use `route`, which also installs the routers."""
+    if _current.get() is None or sys.stderr is not _routers[1] or sys.stdout is not _routers[0]:
+        return None
+    return _current.set(cap)
+
+
 def current() -> OutputCapture | None:
     """The capture of the execution (or guarded call) running in this context, if any."""
     return _current.get()

@@ -12,7 +12,7 @@ import threading
 from types import CodeType
 from typing import Any, Literal, NamedTuple
 
-from ._capture import route, unroute
+from ._capture import redirect, route, unroute
 from ._models import AuditFinding, ErrorInfo
 from .policy._runtime import PolicyRuntime
 from .policy._screen import REVIEWED_VERSIONS
@@ -156,13 +156,21 @@ def compile_cell(source: str, runtime: PolicyRuntime) -> CompiledCell:
         cell = generations[1].get(key)
     if cell is None:
         # The compiler's warnings go to sys.stderr: routed here (this context only), they become the
-        # cell's, instead of text on the host's stderr that the model never sees.
+        # cell's, instead of text on the host's stderr that the model never sees. Inside a run
+        # (run_cell compiles after its routing began) only this context's target changes.
         compiling = _CompilerOutput()
-        token = route(compiling)
-        try:
-            cell = _compile(source, runtime)
-        finally:
-            unroute(token)
+        redirected = redirect(compiling)
+        if redirected is not None:
+            try:
+                cell = _compile(source, runtime)
+            finally:
+                redirected.var.reset(redirected)
+        else:
+            token = route(compiling)
+            try:
+                cell = _compile(source, runtime)
+            finally:
+                unroute(token)
         if compiling.parts:
             cell = cell._replace(warnings=_warnings_text(compiling.getvalue(), cell.filename))
     with _cache_lock:

@@ -18,7 +18,7 @@ from types import CodeType, TracebackType
 from typing import Any
 
 from ._capture import BoundedText, Capture, OutputCapture, TextSink, exit_execution
-from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell
+from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell, compile_cell
 from ._introspect import (
     SCALAR_TYPES,
     SHORT_INT_BITS,
@@ -61,7 +61,7 @@ _monotonic = time.monotonic
 
 def run_cell(
     session: Session,
-    cell: CompiledCell,
+    cell: CompiledCell | str,
     runtime: PolicyRuntime,
     limits: Limits,
     boundary: str,
@@ -69,6 +69,10 @@ def run_cell(
     measure_cpu: bool = True,
 ) -> ExecutionResult:
     """Run `cell` in `session` (the caller holds `session.lock`).
+
+    `cell` is a compiled cell, or the source to compile (`compile_cell`, its cache first): compiled
+    inside this run's output routing, so what the compiler writes (warnings) needs no routing of its
+    own, and counted in the run's duration and CPU time.
 
     `capture_factory(limit)` makes the execution's output capture; a subprocess worker passes one
     that writes through to its file descriptors. `measure_cpu=False`: leave `usage.cpu_ms` None for
@@ -81,34 +85,8 @@ def run_cell(
     session.last_used = _monotonic()
     restarted = session.restarted
     session.restarted = False
-    if cell.syntax_error is not None or cell.findings:
+    if not isinstance(cell, str) and (cell.syntax_error is not None or cell.findings):
         return _refused(session, cell, runtime, boundary, restarted, started, cpu_started)
-
-    sources = session.sources  # source lines for tracebacks, the most recent last
-    sources.pop(cell.filename, None)
-    sources[cell.filename] = (count, cell.lines)
-    while len(sources) > _SOURCES_KEPT:
-        del sources[next(iter(sources))]
-    ns = session.namespace
-    if cell.global_names:
-        session.global_names = session.global_names | cell.global_names
-    if cell.dynamic and (cell.body is not None and _defines_functions(cell.body)):
-        session.dynamic = True
-    full_diff = cell.dynamic or session.dynamic
-    if full_diff:
-        before: dict[str, Any] = dict(ns)
-    else:
-        watched = cell.names | session.global_names if session.global_names else cell.names
-        before = {}
-        get = ns.get
-        for name in watched:  # a loop, not a comprehension: no function call on 3.10-3.11
-            before[name] = get(name, _MISSING)
-    # Once a session imported a module that can change process-wide state, check that state after
-    # each of its runs (functions defined earlier may do it later); other sessions pay nothing.
-    if cell.touches_host:
-        session.touches_host = True
-    host_cwd = os.getcwd() if session.touches_host else None
-    host_builtins = dict(builtins.__dict__) if session.touches_host else None
 
     if capture_factory is Capture:  # the default capture's two buffers, without its own object
         out: TextSink = BoundedText(limits.max_output_chars)
@@ -116,14 +94,46 @@ def run_cell(
     else:
         capture = capture_factory(limits.max_output_chars)
         out, err = capture.stdout, capture.stderr
-    if cell.warnings:  # the compiler's, shown before the cell's own output
-        err.write(cell.warnings)
     # The execution's context: its figures, and (standing in for a capture) its output routing.
     figures = FigureRun(session.figures, limits, out, err)
     routed = None
+    host_cwd: str | None = None
+    host_builtins: dict[str, Any] | None = None
     try:
         # Host code, before the guards: may make pyplot headless before the cell imports it.
         routed = figures.enter()
+        if isinstance(cell, str):
+            cell = compile_cell(cell, runtime)  # routed here: warnings are caught by a redirect
+            if cell.syntax_error is not None or cell.findings:
+                return _refused(session, cell, runtime, boundary, restarted, started, cpu_started)
+        sources = session.sources  # source lines for tracebacks, the most recent last
+        sources.pop(cell.filename, None)
+        sources[cell.filename] = (count, cell.lines)
+        while len(sources) > _SOURCES_KEPT:
+            del sources[next(iter(sources))]
+        ns = session.namespace
+        if cell.global_names:
+            session.global_names = session.global_names | cell.global_names
+        if cell.dynamic and (cell.body is not None and _defines_functions(cell.body)):
+            session.dynamic = True
+        full_diff = cell.dynamic or session.dynamic
+        if full_diff:
+            before: dict[str, Any] = dict(ns)
+        else:
+            watched = cell.names | session.global_names if session.global_names else cell.names
+            before = {}
+            get = ns.get
+            for name in watched:  # a loop, not a comprehension: no function call on 3.10-3.11
+                before[name] = get(name, _MISSING)
+        # Once a session imported a module that can change process-wide state, check that state
+        # after each of its runs (functions defined earlier may do it later); other sessions pay nothing.
+        if cell.touches_host:
+            session.touches_host = True
+        if session.touches_host:
+            host_cwd = os.getcwd()
+            host_builtins = dict(builtins.__dict__)
+        if cell.warnings:  # the compiler's, shown before the cell's own output
+            err.write(cell.warnings)
         if not watchdog.started:
             watchdog.start()  # outside the sandbox: starting a thread is refused inside it
         outcome: _Outcome | None = None

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._capture import StreamingCapture
-from .._compile import compile_cell
 from .._files import WorkspaceDir
 from .._limits import Limits
 from .._models import ExecutionResult, SessionRestore, VariableInfo
@@ -105,7 +104,6 @@ class InProcessBoundary(BaseBoundary):
         name = request.session
         session = self._sessions.get_or_create(name, self._new_session)
         runtime = self._runtime
-        cell = compile_cell(request.code, runtime)
         limits = self.limits
         if request.timeout_s is not None and request.timeout_s != limits.timeout_s:
             limits = limits.model_copy(update={"timeout_s": request.timeout_s})
@@ -122,9 +120,9 @@ class InProcessBoundary(BaseBoundary):
                 self._running[name] = request
                 try:
                     if request.on_output is None:
-                        return run_cell(session, cell, runtime, limits, self.name)
+                        return run_cell(session, request.code, runtime, limits, self.name)
                     streaming = functools.partial(StreamingCapture, on_output=request.on_output)
-                    return run_cell(session, cell, runtime, limits, self.name, streaming)
+                    return run_cell(session, request.code, runtime, limits, self.name, streaming)
                 finally:
                     self._running.pop(name, None)
                     session.cancel_pending = False

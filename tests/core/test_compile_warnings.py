@@ -97,3 +97,44 @@ def test_a_host_that_makes_warnings_errors_gets_a_syntax_error() -> None:
     assert result.error is not None
     assert (result.error.type, result.error.line) == ("SyntaxError", 2)
     assert result.stderr == ""
+
+
+def test_a_new_cell_compiles_inside_its_runs_routing(
+    monkeypatch: pytest.MonkeyPatch, plain_warnings: None
+) -> None:
+    # The run routes its output before it compiles: the compile only redirects this context's
+    # target (no routing of its own, which costs a lock and two stream swaps), and its warnings
+    # still become the cell's stderr.
+    from genpark_repl_tools import _compile
+
+    routed: list[object] = []
+    real_route = _compile.route
+    monkeypatch.setattr(_compile, "route", lambda cap: routed.append(cap) or real_route(cap))
+    with ReplEngine(policy="trusted") as engine:
+        # New to the cache (a comment no other test's cell has): this run compiles it.
+        result = engine.run("y = 5\nx = y is 5\n# compiled inside its run's routing", session="s")
+    assert routed == []
+    assert result.status == "ok"
+    assert result.stderr == WARNING
+
+
+def test_redirect_needs_a_routed_context() -> None:
+    from genpark_repl_tools._capture import BoundedText, Capture, redirect, route, unroute
+
+    outside = Capture(100)
+    assert redirect(outside) is None  # nothing routed: the caller must route
+    run = Capture(100)
+    token = route(run)
+    try:
+        inner = BoundedText(100)
+        redirected = redirect(type("Sinks", (), {"stdout": inner, "stderr": inner})())
+        assert redirected is not None
+        try:
+            print("to the redirect")
+        finally:
+            redirected.var.reset(redirected)
+        print("to the run")
+    finally:
+        unroute(token)
+    assert inner.getvalue() == "to the redirect\n"
+    assert run.stdout.getvalue() == "to the run\n"

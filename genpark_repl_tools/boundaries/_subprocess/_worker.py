@@ -29,7 +29,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._boundary import ExecutionRequest, cancelled_before_start
-from ..._compile import compile_cell
 from ..._exceptions import VariableNotFound
 from ..._limits import Limits
 from ..._models import ErrorInfo, ExecutionResult, set_field
@@ -291,11 +290,10 @@ class _Worker:
         cpu_started = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
         try:
             limits = self._limits_for(timeout_s)
-            cell = compile_cell(code, self.runtime)
             with self.session.lock:
                 result = run_cell(
                     self.session,
-                    cell,
+                    code,  # compiled by run_cell, inside its output routing
                     self.runtime,
                     limits,
                     self.boundary,
