@@ -52,9 +52,14 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{ord(match.group()):02x}"
 
 
+# Every character _CONTROLS may escape, \r included: one character class, which the regex engine
+# scans about three times as fast as the alternation with a lookahead (every observation is checked).
+_ANY_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def escape_controls(text: str) -> str:
     """Control characters as `\\xNN` escapes (tab, newline and CRLF line ends stay as they are)."""
-    if _CONTROLS.search(text) is None:
+    if _ANY_CONTROL.search(text) is None or _CONTROLS.search(text) is None:
         return text
     return _CONTROLS.sub(_escape, text)
 

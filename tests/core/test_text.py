@@ -50,6 +50,18 @@ def test_escape_controls_keeps_tabs_and_line_ends() -> None:
     assert escape_controls("plain\n") == "plain\n"
 
 
+def test_escape_controls_is_the_one_regex_rule_for_every_character() -> None:
+    # escape_controls first scans for any candidate character (a faster character class), then
+    # applies _CONTROLS: the result must be what _CONTROLS alone gives, for every character up to
+    # U+02FF alone, before a newline, after and before a carriage return.
+    from genpark_repl_tools._text import _CONTROLS, _escape
+
+    for code in range(0x300):
+        c = chr(code)
+        for text in (c, f"a{c}b\n", f"\r{c}", f"{c}\r\n", f"{c}\r", f"x\r\n{c}"):
+            assert escape_controls(text) == _CONTROLS.sub(_escape, text), repr(text)
+
+
 def test_captured_write_returns_what_was_written() -> None:
     with ReplEngine(policy="trusted") as engine:
         result = engine.run("import sys\nsys.stdout.write('\\udcff'), sys.stdout.buffer.write(b'\\xff')")
