@@ -70,6 +70,26 @@ def test_an_idle_watchdog_still_sleeps_and_the_next_arm_wakes_it(monkeypatch: py
     assert wake.sets == sets + 1
 
 
+def _busy_until_stopped(limit_s: float = 5.0) -> float | None:
+    """Run Python code until the watchdog's injection stops it: after how many seconds (None: never)."""
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < limit_s:
+            pass
+    except _watchdog.ExecutionTimeout:
+        return time.monotonic() - started
+    return None
+
+
+def _end(dog: Watchdog, slot: _watchdog.Slot) -> None:
+    """What the runner does when the code returns: mark the slot done, release it."""
+    slot.done = True
+    try:
+        dog.release(slot)
+    except _watchdog.ExecutionTimeout:  # pragma: no cover - an injection under way at `done`
+        dog.release(slot)
+
+
 def test_an_arm_racing_the_watchdogs_pass_is_never_missed(monkeypatch: pytest.MonkeyPatch) -> None:
     # arm() takes no lock: a pass that took its list of slots just before an arm() must either see
     # `_armed` and look again, or have published the `_next_wake` that arm() reads and wakes it for.
@@ -83,18 +103,8 @@ def test_an_arm_racing_the_watchdogs_pass_is_never_missed(monkeypatch: pytest.Mo
     for i in range(150):
         time.sleep((i % 4) * 0.002)  # 0-6 ms: the watchdog mid-poll, lingering, or asleep
         slot = dog.arm(0.003)
-        started = time.monotonic()
-        fired_after = None
-        try:
-            while time.monotonic() - started < 5.0:
-                pass
-        except _watchdog.ExecutionTimeout:
-            fired_after = time.monotonic() - started
-        slot.done = True
-        try:
-            dog.release(slot)
-        except _watchdog.ExecutionTimeout:  # pragma: no cover - an injection under way at `done`
-            dog.release(slot)
+        fired_after = _busy_until_stopped()
+        _end(dog, slot)
         if fired_after is None or fired_after > 1.0:  # on time is ~3-7 ms; a loaded machine, more
             late.append((i, fired_after))
     assert not late, f"timeouts missed or late (run, seconds): {late}"
@@ -141,19 +151,9 @@ def test_an_arm_just_after_the_pass_took_its_slots_is_seen_before_it_sleeps(
     first = dog.arm(30.0)
     first.done = True
     dog.release(first)
-    started = time.monotonic()
-    fired_after = None
-    try:
-        while time.monotonic() - started < 5.0:
-            pass
-    except _watchdog.ExecutionTimeout:
-        fired_after = time.monotonic() - started
+    fired_after = _busy_until_stopped()
     assert armed, "the watchdog made fewer than three passes"
-    armed[0].done = True
-    try:
-        dog.release(armed[0])
-    except _watchdog.ExecutionTimeout:  # pragma: no cover
-        dog.release(armed[0])
+    _end(dog, armed[0])
     assert fired_after is not None, "the watchdog slept through the deadline"
 
 
