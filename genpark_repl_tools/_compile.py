@@ -158,17 +158,23 @@ def compile_cell(source: str, runtime: PolicyRuntime) -> CompiledCell:
         # The compiler's warnings go to sys.stderr: routed here (this context only), they become the
         # cell's, instead of text on the host's stderr that the model never sees. Inside a run
         # (run_cell compiles after its routing began) only this context's target changes.
+        # Code nested too deeply (`1+1+...+1` 100,000 times) makes the parser or the compiler give up
+        # with MemoryError or RecursionError: an error result, not cached (memory may be there later).
         compiling = _CompilerOutput()
         redirected = redirect(compiling)
         if redirected is not None:
             try:
                 cell = _compile(source, runtime)
+            except (MemoryError, RecursionError) as exc:
+                return _uncompilable(source, exc)
             finally:
                 redirected.var.reset(redirected)
         else:
             token = route(compiling)
             try:
                 cell = _compile(source, runtime)
+            except (MemoryError, RecursionError) as exc:
+                return _uncompilable(source, exc)
             finally:
                 unroute(token)
         if compiling.parts:
@@ -227,9 +233,29 @@ def parse(source: str, filename: str = "<unknown>") -> ast.Module:
         return ast.parse(source, filename, "exec")
 
 
+def _cell_filename(source: str) -> str:
+    """The name tracebacks and the compile cache know the cell by: `<cell-` and 12 hex digits."""
+    return f"{CELL_PREFIX}{hashlib.sha1(source.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}>"
+
+
+def _uncompilable(source: str, exc: MemoryError | RecursionError) -> CompiledCell:
+    """The cell for source that is valid syntax but too deeply nested for Python to compile."""
+    why = str(exc) if isinstance(exc, RecursionError) else "out of memory while compiling"
+    return CompiledCell(
+        source,
+        _cell_filename(source),
+        tuple(source.splitlines()),
+        syntax_error=ErrorInfo(
+            type=type(exc).__name__,
+            message=f"Python could not compile the code: it is nested too deeply ({why})",
+            hint="Split long chains (`a + b + ...`, `x.a.b...`, `- - x`) and deep nesting into several "
+            "statements with intermediate variables. Nothing ran; the variables are unchanged.",
+        ),
+    )
+
+
 def _compile(source: str, runtime: PolicyRuntime) -> CompiledCell:
-    digest = hashlib.sha1(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    filename = f"{CELL_PREFIX}{digest}>"
+    filename = _cell_filename(source)
     lines = tuple(source.splitlines())
     if _FAST and not _needs_tree(source):
         # compile() called here, not in a helper: with the audit hook installed, each frame between

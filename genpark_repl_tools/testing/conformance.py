@@ -91,6 +91,34 @@ class BoundaryConformance:
         assert "^" in error.traceback
         assert "'(' was never closed" in error.message
 
+    @pytest.mark.parametrize(
+        "code",
+        [
+            "x = 1" + "+1" * 100_000,  # the parser: RecursionError
+            "x = " + "-" * 100_000 + "1",  # the parser: MemoryError (3.11)
+            "x = " + "-" * 3_000 + "1",
+            # Parsed, then too deep for the timeout guards' tree rewrite (under trusted)
+            "try:\n    x = 1" + "+1" * 600 + "\nexcept Exception:\n    pass",
+        ],
+        ids=["long-sum", "long-negation", "negation-3000", "guarded-sum"],
+    )
+    def test_code_too_deeply_nested_to_compile_is_an_error_result(
+        self, engine: ReplEngine, code: str
+    ) -> None:
+        # Python gives up compiling such code with RecursionError or MemoryError; that used to reach
+        # the caller of engine.run as an exception. It is the run's error; the session goes on.
+        engine.run("x = 'before'", session="deep")
+        result = engine.run(code, session="deep")
+        assert result.status in ("error", "blocked"), result
+        error = result.error
+        assert error is not None
+        if result.status == "error":  # "blocked": a restricted policy's audit refused the nesting first
+            assert error.type in ("RecursionError", "MemoryError")
+            assert "nested too deeply" in error.message and error.hint
+        again = engine.run(code, session="deep")  # not cached as a failure that hides a retry's outcome
+        assert (again.status, again.error and again.error.type) == (result.status, error.type)
+        assert engine.run("x", session="deep").value == "'before'"
+
     def test_runtime_error_shows_only_user_frames(self, engine: ReplEngine) -> None:
         result = engine.run("def g():\n    return 1 / 0\n\ng()\n")
         error = result.error
