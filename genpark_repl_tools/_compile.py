@@ -162,20 +162,15 @@ def compile_cell(source: str, runtime: PolicyRuntime) -> CompiledCell:
         # with MemoryError or RecursionError: an error result, not cached (memory may be there later).
         compiling = _CompilerOutput()
         redirected = redirect(compiling)
-        if redirected is not None:
-            try:
-                cell = _compile(source, runtime)
-            except (MemoryError, RecursionError) as exc:
-                return _uncompilable(source, exc)
-            finally:
+        token = route(compiling) if redirected is None else None
+        try:
+            cell = _compile(source, runtime)
+        except (MemoryError, RecursionError) as exc:
+            return _uncompilable(source, exc)
+        finally:
+            if redirected is not None:
                 redirected.var.reset(redirected)
-        else:
-            token = route(compiling)
-            try:
-                cell = _compile(source, runtime)
-            except (MemoryError, RecursionError) as exc:
-                return _uncompilable(source, exc)
-            finally:
+            elif token is not None:
                 unroute(token)
         if compiling.parts:
             cell = cell._replace(warnings=_warnings_text(compiling.getvalue(), cell.filename))
