@@ -49,6 +49,7 @@ __all__ = [
     "FigureOwner",
     "FigureRun",
     "png_size",
+    "prepare_figures",
     "show_figures",
     "summarize",
     "table_kind",
@@ -320,6 +321,16 @@ def png_size(data: bytes) -> tuple[int | None, int | None]:
 
 
 # ---- matplotlib plumbing --------------------------------------------------------------------------
+
+
+def prepare_figures() -> None:
+    """Do now what the first execution of this process would do for figures (look for matplotlib,
+    make an imported one headless). A fork template calls it so that each process it forks starts
+    with it done; failing here only leaves it to that first execution, which reports it."""
+    try:
+        _prepare_matplotlib()
+    except Exception:
+        _process.environment_checked = False  # that first execution tries again and reports it
 
 
 def _prepare_matplotlib() -> None:

@@ -30,14 +30,18 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ..._limits import Limits
+from ..._rich import prepare_figures
 from ...policy import Policy, PolicyRuntime, runtime_for
 from . import _protocol as P
 from . import _sandbox
 from ._sandbox import Prepared, SandboxConfig, SandboxError
 from ._worker import prepare
+
+if TYPE_CHECKING:
+    from ...policy._restricted import RestrictedRuntime
 
 __all__ = ["main"]
 
@@ -92,6 +96,7 @@ class _Zygote:
             self.runtime = runtime_for(self.policy)
             for module in config["preload"]:
                 importlib.import_module(module)
+            prepare_figures()  # what each worker's first run would do first: done once, here
             threads = _thread_count()
             if threads > 1:
                 raise SandboxError(
@@ -248,7 +253,7 @@ class _Zygote:
             runtime = self.runtime
             if self.policy is not None and self.policy.restricted:
                 # The policy's own file rules and Landlock must name the same directory: this one.
-                runtime = runtime_for(self.policy.with_workspace(workspace))
+                runtime = cast("RestrictedRuntime", runtime).with_workspace(workspace)
             _sandbox.apply(self.prepared, workspace)
             os.set_inheritable(sock_fd, False)
             sock = socket.socket(fileno=sock_fd)
