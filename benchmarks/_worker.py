@@ -30,6 +30,7 @@ from typing import Any
 
 import _figures as F
 from _executors import Bare, Executor, Outcome, discover, make_executor
+from _partner import BarePartner, timed
 from _proc import descendants, rss_kb, tree_peak_mb, uss_kb, vm_size_kb
 
 _LATENCY_TIMEOUT_S = 120.0
@@ -54,10 +55,7 @@ CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time
 
 
 def _batch(fn: Callable[[str], object], code: str, number: int, clock: Callable[[], float]) -> float:
-    started = clock()
-    for _ in range(number):
-        fn(code)
-    return (clock() - started) / number
+    return timed(fn, [code] * number, clock)
 
 
 def batch_size(
@@ -77,11 +75,7 @@ def batch_size(
     fn(codes())
     number = 1
     while True:
-        batch = [codes() for _ in range(number)]
-        started = clock()
-        for code in batch:
-            fn(code)
-        elapsed = clock() - started
+        elapsed = timed(fn, [codes() for _ in range(number)], clock) * number
         if elapsed >= target_s / 4 or number >= most:
             return max(1, min(most, int(target_s * number / max(elapsed, 1e-9))))
         number *= 2
@@ -135,7 +129,7 @@ def _validate(ex: Executor, fig: F.Latency, session: str) -> tuple[float | None,
 
 def job_latency(key: str, s: F.Settings, emit: Emitter) -> None:
     ex = make_executor(key, _LATENCY_TIMEOUT_S)
-    bare = Bare(_LATENCY_TIMEOUT_S)
+    bare = BarePartner(_LATENCY_TIMEOUT_S)  # in a process of its own: see _partner
     try:
         _warm_up(ex, _WARM_UP_S)
         _warm_up(bare, _WARM_UP_S / 3)
@@ -145,6 +139,7 @@ def job_latency(key: str, s: F.Settings, emit: Emitter) -> None:
         steps.append(("namespace", functools.partial(_namespace_figure, ex, bare, s, emit)))
         steps.append(("new_cell", functools.partial(_new_cell_figure, ex, bare, s, emit)))
         steps.append(("new_session", functools.partial(_new_session_figure, ex, bare, s, emit)))
+        steps.append(("host_toll", functools.partial(_host_toll_figure, bare, s, emit)))
         for figure, step in steps:
             try:
                 step()
@@ -152,6 +147,7 @@ def job_latency(key: str, s: F.Settings, emit: Emitter) -> None:
                 emit("figure", figure=figure, failure=f"raised {type(exc).__name__}: {exc}"[:300])
     finally:
         ex.close()
+        bare.close()
 
 
 def _warm_up(ex: Executor, seconds: float) -> None:
@@ -164,7 +160,7 @@ def _warm_up(ex: Executor, seconds: float) -> None:
     gc.collect()
 
 
-def _latency_figure(ex: Executor, bare: Bare, fig: F.Latency, s: F.Settings, emit: Emitter) -> None:
+def _latency_figure(ex: Executor, bare: Executor, fig: F.Latency, s: F.Settings, emit: Emitter) -> None:
     first, failure = _validate(ex, fig, "main")
     bare_first, bare_failure = _validate(bare, fig, "main")
     if bare_failure is not None:  # the snippet itself is wrong: a bug in the benchmark
@@ -177,7 +173,7 @@ def _latency_figure(ex: Executor, bare: Bare, fig: F.Latency, s: F.Settings, emi
     _emit_paired(emit, fig.key, ex.clock, samples, numbers)
 
 
-def _namespace_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> None:
+def _namespace_figure(ex: Executor, bare: Executor, s: F.Settings, emit: Emitter) -> None:
     trivial = F.Latency("namespace", "", "x = 1", check="print(x)", expected="1")
     ref_first, ref_failure = _validate(ex, trivial, "ns-0")
     _validate(bare, trivial, "ns-0")
@@ -235,7 +231,7 @@ def _emit_paired(
     )
 
 
-def _new_cell_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> None:
+def _new_cell_figure(ex: Executor, bare: Executor, s: F.Settings, emit: Emitter) -> None:
     """Like a latency figure, but every call runs a cell never run before (made before the batch)."""
     session = "cells"
     fig = F.Latency("new_cell", "", F.new_cell_code(1), check="print(y)", expected="2")
@@ -258,11 +254,7 @@ def _new_cell_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> 
     started = time.perf_counter()
     for _ in range(s.rounds):
         for k, fn in callers.items():
-            codes = [F.new_cell_code(next(serial)) for _ in range(numbers[k])]
-            begun = clock()
-            for code in codes:
-                fn(code)
-            samples[k].append((clock() - begun) / len(codes))
+            samples[k].append(timed(fn, [F.new_cell_code(next(serial)) for _ in range(numbers[k])], clock))
         if time.perf_counter() - started > s.budget_s:
             break
     ex.close_session(session)
@@ -270,7 +262,18 @@ def _new_cell_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> 
     _emit_paired(emit, "new_cell", ex.clock, samples, numbers)
 
 
-def _new_session_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) -> None:
+def _host_toll_figure(bare: Executor, s: F.Settings, emit: Emitter) -> None:
+    """Bare exec of the host's own `x = 1` in this process, after the executor's runs, against the
+    same in the partner's fresh process: what running the executor here costs the code beside it
+    (a process-wide audit hook judges the host's events too)."""
+    here = Bare(_LATENCY_TIMEOUT_S)
+    calls = {"x": (here.caller("toll"), "x = 1"), "bare": (bare.caller("toll"), "x = 1")}
+    samples, numbers = interleaved(calls, s, "cpu")
+    _emit_paired(emit, "host_toll", "cpu", samples, numbers)
+    bare.close_session("toll")
+
+
+def _new_session_figure(ex: Executor, bare: Executor, s: F.Settings, emit: Emitter) -> None:
     count = s.new_sessions if ex.key != "jupyter" else max(1, s.idle_kernels + 1)
     times: list[float] = []
     bare_times: list[float] = []
@@ -281,9 +284,7 @@ def _new_session_figure(ex: Executor, bare: Bare, s: F.Settings, emit: Emitter) 
         started = clock()
         ex.caller(session)("x = 1")
         times.append(clock() - started)
-        started = clock()
-        bare.caller(session)("x = 1")
-        bare_times.append(clock() - started)
+        bare_times.append(timed(bare.caller(session), ["x = 1"], clock))
         if i == 0:
             check = ex.run("print(x)", session)
             if not (check.ok and check.out.strip() == "1"):

@@ -7,7 +7,8 @@
 
 Every executor runs each job in its own process with a time bound, so a peer that hangs or crashes
 costs a row, not the run. Ratios compare an executor with a bare exec measured in alternating rounds
-in the same process; compare ratios, not times: this is a shared, noisy machine.
+in a fresh interpreter of its own (_partner: our audit hook would tax it in the executor's process);
+compare ratios, not times: this is a shared, noisy machine.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 _RUN_BOUND_S = 85
 
-LATENCY = ("trivial", "print", "cpu", "recursive", "comprehension", "new_cell", "new_session")
+LATENCY = ("trivial", "print", "cpu", "recursive", "comprehension", "new_cell", "new_session", "host_toll")
 NAMESPACE_SIZES = ("10", "1000", "10000")
 PROBES = ("loop", "swallow", "flood", "bomb")
 PRESETS = ("trusted", "standard", "strict")
@@ -124,6 +125,7 @@ def test_text_has_one_table_per_figure_with_our_rows(bench: tuple[str, dict[str,
         "`x = 1` as the namespace grows",
         "New cell: code never run before",
         "New session",
+        "The host's own code beside the executor",
         "Memory: idle sessions",
         "Concurrency: 32 sessions printing at once",
         "Runaway probe: infinite loop",
@@ -178,6 +180,27 @@ def test_runaway_code_returns_on_the_subprocess_boundary(bench: tuple[str, dict[
             row = results["figures"]["probes"][probe][key]
             assert row["returned"] is True, (probe, key, row)
             assert row["status"] in ("timeout", "crashed", "error", "blocked"), (probe, key, row)
+
+
+def test_bare_exec_is_timed_in_a_process_our_hook_never_reached() -> None:
+    # A restricted run here installs our audit hook in this process, which from then on judges this
+    # process's own compile and exec: the partner is a fresh interpreter, untouched by it.
+    partner_module = _bench_module("_partner")
+    with ReplEngine(policy="strict") as engine:
+        assert engine.run("x = 1").status == "ok"
+        partner = partner_module.BarePartner(30)
+        try:
+            seen = partner.run("import sys\nprint(sorted(m for m in sys.modules if 'genpark' in m))", "s")
+            assert (seen.ok, seen.out) == (True, "[]\n")
+            assert partner.run("x = 41", "a").ok
+            assert partner.run("print(x + 1)", "a").out == "42\n"  # sessions keep their namespace
+            assert not partner.run("print(x)", "b").ok  # and only their own
+            call = partner.caller("a")
+            seconds = partner_module.timed(call, ["x = 2"] * 200, time.process_time)
+            assert 0 < seconds < 0.01
+            assert partner.run("print(x)", "a").out == "2\n"  # the batch ran there, in that session
+        finally:
+            partner.close()
 
 
 def test_a_hanging_job_is_killed_and_reported() -> None:
