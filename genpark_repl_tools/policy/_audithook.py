@@ -833,10 +833,13 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     suspendable |= inspect.CO_ITERABLE_COROUTINE
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
-    def sandbox_rules(frame: FrameType | None, keep_host: bool = True) -> _Rules | None:
+    def sandbox_rules(
+        frame: FrameType | None, keep_host: bool = True, first_code: CodeType | None = None
+    ) -> _Rules | None:
         """The rules of the innermost frame of sandboxed code on the stack, or None.
 
-        `keep_host`: also store the frames of this package found clean (see `clean`)."""
+        `keep_host`: also store the frames of this package found clean (see `clean`). `first_code`:
+        `frame.f_code`, if the caller read it already (each read is an audit event: a call of the hook)."""
         state = clean.__dict__
         depths: dict[int, int] = state.get("depths") or {}
         frames: list[FrameType | None] = state.get("frames") or []
@@ -849,7 +852,10 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                     return None  # the newest stored frame: nothing walked, nothing to drop
                 below = depth
                 break
-            code = frame.f_code
+            if first_code is not None:  # `frame` is still the first frame: its code, read by the caller
+                code, first_code = first_code, None
+            else:
+                code = frame.f_code
             if key_of(code) in sandboxed:
                 found = entry_of(code)
                 if found is not None:
@@ -892,13 +898,19 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     def is_sandboxed(frame: FrameType) -> bool:
         return entry_of(frame.f_code) is not None
 
-    def host_direct(frame: FrameType | None, keep_host: bool = True) -> bool:
+    def host_direct(
+        frame: FrameType | None, keep_host: bool = True, first_code: CodeType | None = None
+    ) -> bool:
         """No sandboxed code on the stack: walked up to the frame that activated the execution (the
-        stack above it was checked then), or to the bottom."""
+        stack above it was checked then), or to the bottom. `first_code`: as for `sandbox_rules`."""
         record = active.get()
         stop = record[1] if record is not None else None
         if stop is None:
-            return sandbox_rules(frame, keep_host) is None
+            return sandbox_rules(frame, keep_host, first_code) is None
+        if frame is not None and frame is not stop and first_code is not None:
+            if entry_of(first_code) is not None:
+                return False
+            frame = frame.f_back
         while frame is not None and frame is not stop:
             if entry_of(frame.f_code) is not None:
                 return False
@@ -1397,13 +1409,18 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 return
         record = active.get()
         frame: FrameType
+        # The caller's code, where this function needs it, read once and passed on: each read of
+        # f_code is an audit event, that is one more call of this hook.
+        caller_code: CodeType | None = None
         if record is None:
             if not ever[0]:
                 return  # no restricted code ever ran in this process
             frame = getframe(0).f_back  # type: ignore[assignment]
-            if event == "compile" and frame.f_code is parse_code:
-                return  # ast.parse only builds a tree; compiling that tree is judged again
-            rules = sandbox_rules(frame)
+            if event == "compile":
+                caller_code = frame.f_code
+                if caller_code is parse_code:
+                    return  # ast.parse only builds a tree; compiling that tree is judged again
+            rules = sandbox_rules(frame, first_code=caller_code)
             if rules is None:
                 return  # no sandboxed code on the stack: the host's own event
         else:
@@ -1421,15 +1438,18 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 ):
                     return
             frame = getframe(0).f_back  # type: ignore[assignment]
-            if event == "compile" and frame.f_code is parse_code:
-                return  # ast.parse only builds a tree; compiling that tree is judged again
+            if event == "compile":
+                caller_code = frame.f_code
+                if caller_code is parse_code:
+                    return  # ast.parse only builds a tree; compiling that tree is judged again
         own = own_code.get(event)
-        if (
-            own is not None
-            and (frame.f_code is own or (args and issubclass(type(args[0]), ast.AST)))
-            and host_direct(frame)
-        ):
-            return  # the host compiling a cell of its own (from its tree, or from source: then screened)
+        if own is not None:
+            if caller_code is None:
+                caller_code = frame.f_code
+            if (caller_code is own or (args and issubclass(type(args[0]), ast.AST))) and host_direct(
+                frame, first_code=caller_code
+            ):
+                return  # the host compiling a cell of its own (from its tree, or from source: then screened)
         try:
             handler(rules, event, args, frame)
         except PolicyViolation:

@@ -195,3 +195,41 @@ def test_the_packages_frames_are_dropped_when_the_run_activates() -> None:
     assert chain(5, run), "the compile's walk stores the package's frames"
     assert stored_package_frames() == []  # dropped by the activation, while still on the stack
     assert clean.__dict__.get("frames"), "the caller's own frames stay remembered"
+
+
+_COUNT_READS = r"""
+import sys
+from genpark_repl_tools import ReplEngine
+
+with ReplEngine(policy=sys.argv[1]) as engine:
+    assert engine.run("x = 1").status == "ok"  # the hook judges the host's events from now on
+    reads = []
+
+    def count(event, args):
+        if event == "object.__getattr__" and args[1] == "f_code":
+            reads.append(args[0])
+
+    sys.addaudithook(count)  # added last: it also sees the events our hook raises while it judges
+
+    def host():
+        return compile("x = 1", "<host>", "exec")
+
+    host()
+    reads.clear()
+    host()  # a new frame of the same function, above frames already found clean
+    print(len(reads))
+"""
+
+
+@pytest.mark.parametrize("policy", ["strict", "standard"])
+def test_a_host_compile_reads_its_callers_code_once(policy: str) -> None:
+    """Each read of a frame's f_code is an audit event, one more call of the hook: the hook reads the
+    caller's code once and passes it on (its check for ast.parse, then its walk of the stack)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _COUNT_READS, policy], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
