@@ -24,7 +24,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from _thread import get_ident
+from _thread import get_ident, start_new_thread
 
 __all__ = ["ExecutionCancelled", "ExecutionTimeout", "Slot", "Watchdog", "check_expired"]
 
@@ -96,7 +96,7 @@ class Watchdog:
         # True while the loop's pass looks at the slots (it may be about to inject): release() takes
         # the lock then.
         self._passing = False
-        self._thread: threading.Thread | None = None
+        self.thread_id: int | None = None  # the loop's thread, once started
         # Set once, under the lock, and never unset: read without the lock (the runner reads it per
         # run instead of calling `start`).
         self.started = False
@@ -110,9 +110,13 @@ class Watchdog:
             self._start_locked()
 
     def _start_locked(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="genpark-repl-watchdog", daemon=True)
-            self._thread.start()
+        if self.thread_id is None:
+            # A bare thread, not a threading.Thread: its start() waits until the new thread runs,
+            # 1-3 ms in a newly forked worker (each first write to a page it shares with the zygote
+            # is a copy-on-write fault), all of it on a new session's first call. The loop needs no
+            # such handshake: its first pass reads the slots armed before it. Like a daemon thread,
+            # it is not waited for at exit.
+            self.thread_id = start_new_thread(self._loop, ())
             self.started = True
 
     def arm(self, timeout_s: float) -> Slot:
@@ -125,7 +129,7 @@ class Watchdog:
         # before it reads `_armed` back; if that read missed this arm, this read sees its value.
         self._slots.add(slot)
         self._armed = True
-        if self._thread is None:
+        if self.thread_id is None:
             # `with`, not acquire()/try: an exception raised right after acquire() returns (a
             # signal's KeyboardInterrupt) would leave the lock held and hang every later run.
             with self._lock:

@@ -187,8 +187,8 @@ def test_a_release_during_a_pass_that_is_about_to_inject_waits_and_clears_it(
 
     dog = Watchdog()
     dog.start()
-    assert dog._thread is not None
-    watchdog_tid.append(dog._thread.ident or 0)
+    assert dog.thread_id is not None
+    watchdog_tid.append(dog.thread_id)
     monkeypatch.setattr(_watchdog, "Slot", _RacingSlot)
     slot = dog.arm(0.0)  # due at once
     assert reading.wait(10), "no pass read the slot"  # the pass now waits in the property
