@@ -3,7 +3,8 @@
 Security model: the zygote runs the host's code only (never the agent's), with a minimal
 environment and no network (it enters the workers' network namespace itself). It imports the
 runner once, prepares the sandbox once, then forks: a worker starts in ~5 ms with everything
-already imported, sharing the zygote's memory copy-on-write.
+already imported, sharing the zygote's memory copy-on-write. It keeps one spare forked ahead of the
+next request (`_fork_spare`), so a new session does not wait for the fork either.
 
 It stays single-threaded (forking a process with threads can deadlock the child on a lock another
 thread held), checks that after `preload`, and never runs a cell itself. It is the parent and reaper
@@ -75,6 +76,9 @@ class _Zygote:
         self.runtime: PolicyRuntime | None = None
         self.limits: Limits | None = None
         self.boundary = "subprocess"
+        # The next worker, forked ahead of its request (its pid, and our end of its socket).
+        self.spare: tuple[int, socket.socket] | None = None
+        self.spares = True  # off for good once a spare dies unassigned: each request then forks
         self.wake_r, self.wake_w = os.pipe()
         self.selector = selectors.DefaultSelector()
 
@@ -160,6 +164,10 @@ class _Zygote:
         self.selector.register(self.ctl, selectors.EVENT_READ, "ctl")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         while True:
+            if self.spare is None and self.spares:
+                worker = self._fork_spare()
+                if worker is not None:  # in the spare, once it has its request
+                    return worker
             for key, _ in self.selector.select(_PARENT_CHECK_S):
                 if key.data == "ctl":
                     worker = self._read_ctl()
@@ -204,6 +212,22 @@ class _Zygote:
             self._send(P.SPAWN_FAILED, {"token": token, "error": "the spawn request carried no descriptors"})
             return None
         fds = [self.fds.popleft() for _ in range(_FDS_PER_WORKER)]
+        if self.spare is not None:
+            pid, ours = self.spare
+            self.spare = None
+            try:
+                P.send_frame(ours, P.SPAWN, json.dumps(request).encode(), fds)
+            except OSError:  # it died: this request gets a worker forked now
+                _kill_group(pid)
+                self.spares = False
+            else:
+                for fd in fds:
+                    os.close(fd)
+                self.by_token[token] = pid
+                self.by_pid[pid] = token
+                return None
+            finally:
+                ours.close()
         try:
             pid = os.fork()
         except OSError as exc:
@@ -212,7 +236,7 @@ class _Zygote:
             self._send(P.SPAWN_FAILED, {"token": token, "error": f"fork failed: {exc}"})
             return None
         if pid == 0:  # pragma: no cover - runs in the forked child
-            return self._become_worker(request, *fds)
+            return self._become_worker(request, *fds, detached=False)
         for fd in fds:
             os.close(fd)
         # Also done by the child: whichever runs first, the group exists before anyone kills it.
@@ -222,19 +246,84 @@ class _Zygote:
         self.by_pid[pid] = token
         return None
 
+    def _fork_spare(self) -> Callable[[], None] | None:
+        """Fork the next worker before anyone asks for it: the fork, and the first writes to the
+        pages it shares with the zygote (each a copy-on-write fault), are then off a new session's
+        path. The spare runs only our code: it waits, unsandboxed and holding none of the zygote's
+        descriptors, for one request (`_spawn` hands it over with its descriptors), then becomes a
+        worker exactly as a worker forked for the request would. None in the zygote; in the spare,
+        its worker's loop (see main)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            self.spares = False
+            return None
+        if pid == 0:  # pragma: no cover - runs in the forked child
+            return self._wait_as_spare(theirs)
+        theirs.close()
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        self.spare = (pid, ours)
+        return None
+
+    def _wait_as_spare(self, sock: socket.socket) -> Callable[[], None]:
+        """In the spare: drop the zygote's state, wait for a request, then become its worker."""
+        try:
+            self._detach()
+            assert self.prepared is not None
+            _close_all_but({0, 1, 2, sock.fileno(), *self.prepared.inherited_fds()})
+            data, ancdata, flags, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(_FDS_PER_WORKER * 4))
+            if not data:  # the zygote is gone, or let this spare go
+                os._exit(0)
+            fds = [
+                int.from_bytes(cdata[i : i + 4], sys.byteorder)
+                for level, kind, cdata in ancdata
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+                for i in range(0, len(cdata) - len(cdata) % 4, 4)
+            ]
+            frames = P.FrameBuffer()
+            frames.feed(data)
+            frame = frames.next()
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or frame is None or frame[0] != P.SPAWN:
+                raise P.ProtocolError("the spare got something other than one whole spawn request")
+            if len(fds) != _FDS_PER_WORKER:
+                raise P.ProtocolError(f"the spare got {len(fds)} descriptors, not {_FDS_PER_WORKER}")
+            sock.close()
+        except BaseException:
+            try:
+                _write_all(2, traceback.format_exc().encode())
+            finally:
+                os._exit(_EXIT_SETUP_FAILED)
+        return self._become_worker(json.loads(frame[1]), *fds, detached=True)
+
+    def _detach(self) -> None:
+        """In a forked child: stop being the zygote (its signal handlers, selector, control socket)."""
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
+        # An interrupt that arrives before prepare() installs its handler must not kill the worker.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        self.selector.close()
+        self.ctl.close()
+
     def _become_worker(
-        self, request: dict[str, Any], sock_fd: int, out_fd: int, err_fd: int, interrupt_fd: int
+        self,
+        request: dict[str, Any],
+        sock_fd: int,
+        out_fd: int,
+        err_fd: int,
+        interrupt_fd: int,
+        *,
+        detached: bool,
     ) -> Callable[[], None]:
         """Sandbox this forked child and set up its session; its loop, or exit if that fails."""
         code = 0
         try:
-            signal.set_wakeup_fd(-1)
-            for signum in (signal.SIGCHLD, signal.SIGTERM):
-                signal.signal(signum, signal.SIG_DFL)
-            # An interrupt that arrives before prepare() installs its handler must not kill the worker.
-            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-            self.selector.close()
-            self.ctl.close()
+            if not detached:
+                self._detach()
             devnull = os.open(os.devnull, os.O_RDONLY)
             os.dup2(devnull, 0)
             os.dup2(out_fd, 1)
@@ -299,6 +388,10 @@ class _Zygote:
             if info is None or info.si_pid == 0:
                 return
             pid = info.si_pid
+            if self.spare is not None and pid == self.spare[0]:  # died unassigned: no more spares
+                self.spare[1].close()
+                self.spare = None
+                self.spares = False
             token = self.by_pid.pop(pid, None)
             if token is not None:
                 # The exited leader is still a zombie, so its group id cannot have been reused:
@@ -317,6 +410,8 @@ class _Zygote:
             self.shutdown()
 
     def shutdown(self) -> NoReturn:
+        if self.spare is not None:
+            _kill_group(self.spare[0])
         for pid in list(self.by_pid):
             _kill_group(pid)
         deadline = time.monotonic() + _SHUTDOWN_WAIT_S

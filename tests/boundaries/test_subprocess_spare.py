@@ -1,0 +1,116 @@
+"""The zygote's spare: the next worker, forked before its request and handed the next new session."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+
+import pytest
+from _procs import alive, wait_for, wait_gone
+
+from genpark_repl_tools import ReplEngine
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+
+PIDS = "import os\n[os.getpid(), os.getppid()]"
+
+
+@pytest.fixture
+def engine() -> Iterator[ReplEngine]:
+    with ReplEngine(policy="trusted", boundary="subprocess") as engine:
+        yield engine
+
+
+def _pids(engine: ReplEngine, session: str) -> tuple[int, int]:
+    result = engine.run(PIDS, session=session)
+    assert result.status == "ok", result.error
+    worker, zygote = json.loads(result.value or "[]")
+    return worker, zygote
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            found.update(int(p) for p in f.read().split())
+    return found
+
+
+def _spare(zygote: int, workers: set[int]) -> int:
+    """The zygote's one child that serves no session, once it has forked it."""
+    assert wait_for(lambda: len(_children(zygote) - workers) == 1), (_children(zygote), workers)
+    (spare,) = _children(zygote) - workers
+    return spare
+
+
+def test_a_new_session_gets_the_worker_forked_before_it_was_asked_for(engine: ReplEngine) -> None:
+    first, zygote = _pids(engine, "a")
+    spare = _spare(zygote, {first})
+    second, _ = _pids(engine, "b")
+    assert second == spare
+    # and the zygote forks the next one
+    assert _spare(zygote, {first, second}) not in (first, second)
+    assert engine.run("x = 1\nx + 1", session="b").value == "2"
+    assert engine.run("x = 5\nx", session="a").value == "5"  # each its own namespace
+
+
+def test_a_spare_holds_no_descriptor_of_the_zygote_or_of_another_worker(engine: ReplEngine) -> None:
+    first, zygote = _pids(engine, "a")
+    spare = _spare(zygote, {first})
+
+    def kinds() -> dict[int, str]:
+        fds = {}
+        for name in os.listdir(f"/proc/{spare}/fd"):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                fds[int(name)] = os.readlink(f"/proc/{spare}/fd/{name}")
+        return fds
+
+    # it closes what it inherited right after the fork: wait until it has
+    assert wait_for(lambda: sum(t.startswith("socket:") for t in kinds().values()) == 1), kinds()
+    above_stdio = {fd: target for fd, target in kinds().items() if fd > 2}
+    # its own socket to the zygote; no control socket, no other worker's socket, pipe or wake-up pipe
+    assert [t for t in above_stdio.values() if t.startswith(("socket:", "pipe:"))] == [
+        next(t for t in above_stdio.values() if t.startswith("socket:"))
+    ]
+
+
+def test_a_spare_that_dies_unassigned_costs_nothing_but_the_spare(engine: ReplEngine) -> None:
+    first, zygote = _pids(engine, "a")
+    spare = _spare(zygote, {first})
+    os.kill(spare, signal.SIGKILL)
+    assert wait_gone([spare]) == []
+    second, parent = _pids(engine, "b")  # forked for the request, as without spares
+    assert parent == zygote
+    assert second != spare
+    assert engine.run("x = 2\nx * 21", session="b").value == "42"
+    assert engine.run("1 + 1", session="a").value == "2"
+    # no spare after one died unassigned: a spare that cannot start is not forked again and again
+    assert wait_for(lambda: _children(zygote) == {first, second})
+
+
+def test_close_ends_the_spare_too() -> None:
+    engine = ReplEngine(policy="trusted", boundary="subprocess")
+    first, zygote = _pids(engine, "a")
+    spare = _spare(zygote, {first})
+    engine.close()
+    assert [pid for pid in (first, zygote, spare) if alive(pid)] == []
+
+
+@pytest.mark.parametrize("policy", ["trusted", "standard"])  # strict allows no files
+def test_a_worker_from_a_spare_is_sandboxed_in_its_own_workspace(policy: str) -> None:
+    outside = "import os\nopen(os.path.join(os.path.dirname(os.getcwd()), 'outside.txt'), 'w')"
+    with ReplEngine(policy=policy, boundary="subprocess") as engine:
+        if "Landlock" not in str(engine.describe()["enforced"]["filesystem_confinement"]):
+            pytest.skip("no Landlock here: nothing confines a trusted worker's writes")
+        for session in ("a", "b"):  # forked for its request, then from the spare
+            written = engine.run(f"open('mine.txt', 'w').write({session!r} * 2)", session=session)
+            assert written.status == "ok", written.error
+            escape = engine.run(outside, session=session)
+            assert escape.status in ("error", "blocked")  # the OS sandbox, or the policy before it
+            assert not os.path.exists(os.path.join(str(engine.describe()["workspace_root"]), "outside.txt"))
+        assert engine.download("a", "mine.txt") == b"aa"
+        assert engine.download("b", "mine.txt") == b"bb"
