@@ -209,3 +209,27 @@ def test_a_release_during_a_pass_that_is_about_to_inject_waits_and_clears_it(
     except _watchdog.ExecutionTimeout:
         pytest.fail("an injection reached the host after release() returned")
     assert slot.fires == 1
+
+
+def test_a_slot_armed_before_the_watchdogs_thread_first_runs_still_fires() -> None:
+    # start() no longer waits for the new thread to run: the first arm() may come before the loop's
+    # first pass, which must still see it.
+    for _ in range(20):
+        dog = Watchdog()
+        dog.start()
+        slot = dog.arm(0.0)  # due at once
+        stopped = False
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                pass
+        except _watchdog.ExecutionTimeout:
+            stopped = True
+        finally:
+            slot.done = True
+            try:
+                dog.release(slot)
+            except _watchdog.ExecutionTimeout:
+                dog.release(slot)
+        assert stopped, "the slot armed right after start() never fired"
+        assert dog.thread_id is not None and dog.thread_id != threading.get_ident()
