@@ -291,13 +291,14 @@ class _Zygote:
                 raise P.ProtocolError("the spare got something other than one whole spawn request")
             if len(fds) != _FDS_PER_WORKER:
                 raise P.ProtocolError(f"the spare got {len(fds)} descriptors, not {_FDS_PER_WORKER}")
+            request = json.loads(frame[1])
             sock.close()
         except BaseException:
             try:
                 _write_all(2, traceback.format_exc().encode())
             finally:
                 os._exit(_EXIT_SETUP_FAILED)
-        return self._become_worker(json.loads(frame[1]), *fds, detached=True)
+        return self._become_worker(request, *fds, detached=True)
 
     def _detach(self) -> None:
         """In a forked child: stop being the zygote (its signal handlers, selector, control socket)."""
