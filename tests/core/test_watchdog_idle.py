@@ -3,6 +3,7 @@ and arm() and release(), which take no lock, never lose a wake-up or leave an in
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -213,23 +214,29 @@ def test_a_release_during_a_pass_that_is_about_to_inject_waits_and_clears_it(
 
 def test_a_slot_armed_before_the_watchdogs_thread_first_runs_still_fires() -> None:
     # start() no longer waits for the new thread to run: the first arm() may come before the loop's
-    # first pass, which must still see it.
-    for _ in range(20):
+    # first pass, which must still see it. The injection lands wherever this thread is: finalizers of
+    # earlier tests run now, and no collection runs one inside the loop.
+    for _ in range(5):
         dog = Watchdog()
-        dog.start()
-        slot = dog.arm(0.0)  # due at once
-        stopped = False
+        gc.collect()
+        gc.disable()
         try:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                pass
-        except _watchdog.ExecutionTimeout:
-            stopped = True
-        finally:
-            slot.done = True
+            dog.start()
+            slot = dog.arm(0.0)  # due at once
+            stopped = False
             try:
-                dog.release(slot)
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    pass
             except _watchdog.ExecutionTimeout:
-                dog.release(slot)
+                stopped = True
+            finally:
+                slot.done = True
+                try:
+                    dog.release(slot)
+                except _watchdog.ExecutionTimeout:
+                    dog.release(slot)
+        finally:
+            gc.enable()
         assert stopped, "the slot armed right after start() never fired"
         assert dog.thread_id is not None and dog.thread_id != threading.get_ident()
