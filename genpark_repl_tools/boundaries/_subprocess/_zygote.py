@@ -184,10 +184,7 @@ class _Zygote:
             data, ancdata, _, _ = self.ctl.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS_PER_MESSAGE * 4))
         except ConnectionError:
             data, ancdata = b"", []
-        for level, kind, cdata in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(cdata) - len(cdata) % 4
-                self.fds.extend(int.from_bytes(cdata[i : i + 4], sys.byteorder) for i in range(0, usable, 4))
+        self.fds.extend(_passed_fds(ancdata))
         if not data:
             self.shutdown()
         self.frames.feed(data)
@@ -278,12 +275,7 @@ class _Zygote:
             data, ancdata, flags, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(_FDS_PER_WORKER * 4))
             if not data:  # the zygote is gone, or let this spare go
                 os._exit(0)
-            fds = [
-                int.from_bytes(cdata[i : i + 4], sys.byteorder)
-                for level, kind, cdata in ancdata
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
-                for i in range(0, len(cdata) - len(cdata) % 4, 4)
-            ]
+            fds = _passed_fds(ancdata)
             frames = P.FrameBuffer()
             frames.feed(data)
             frame = frames.next()
@@ -446,6 +438,16 @@ def _children() -> list[int]:
     except OSError:
         pass
     return pids
+
+
+def _passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors a recvmsg received (SCM_RIGHTS), in order."""
+    fds: list[int] = []
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(cdata) - len(cdata) % 4
+            fds.extend(int.from_bytes(cdata[i : i + 4], sys.byteorder) for i in range(0, usable, 4))
+    return fds
 
 
 def _close_all_but(keep: set[int]) -> None:
