@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "CALLER_DEPTH",
+    "CALLER_DEPTH_TITLE",
     "CONCURRENCY_SESSIONS",
     "LATENCY",
     "NAMESPACE_SIZES",
@@ -160,6 +162,11 @@ def new_cell_code(n: int) -> str:
 
 
 NEW_CELL_TITLE = "New cell: code never run before (`x = <n>; y = x * 2; y`, n counting up) in a warm session"
+
+# Frames a caller adds above the executor in the caller-depth figure: about what an agent framework's
+# tool call puts between its loop and the tool (a LangChain tool call adds 10 to 15 per call).
+CALLER_DEPTH = 32
+CALLER_DEPTH_TITLE = f"Caller depth: `x = 1` called from {CALLER_DEPTH} more Python frames"
 
 
 CONCURRENCY_SESSIONS = 32

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 _LATENCY_KEYS = ("trivial", "print", "cpu", "recursive", "comprehension")
 _EXPECTED = {
-    "latency": (*_LATENCY_KEYS, "namespace", "new_cell", "new_session", "host_toll"),
+    "latency": (*_LATENCY_KEYS, "namespace", "new_cell", "new_session", "host_toll", "caller_depth"),
     "memory": ("memory",),
     "concurrency": ("concurrency",),
     "adapter": ("adapter",),
@@ -398,6 +398,7 @@ def render(results: dict[str, Any], markdown: bool) -> str:
     _new_cell_table(out)
     _new_session_table(out)
     _host_toll_table(out)
+    _caller_depth_table(out)
     _memory_table(out)
     _concurrency_table(out)
     _probe_tables(out)
@@ -491,6 +492,33 @@ def _host_toll_table(out: _Out) -> None:
             continue
         rows.append([label, fmt_time(d.get("value_s")), fmt_ratio(d.get("ratio"))])
     out.table(["executor", "per call", f"{X} bare"], rows)
+
+
+def _caller_depth_table(out: _Out) -> None:
+    out.title(F.CALLER_DEPTH_TITLE)
+    out.text(
+        f"The same `x = 1` called directly and from {F.CALLER_DEPTH} frames of plain Python functions above "
+        "the executor, as an agent framework's tool call puts its own between its loop and the tool "
+        "(frames of a loop that stays on the stack are not counted again). The bare row is what the "
+        "extra calls themselves cost. Our restricted policies' audit hook checks each new frame above a "
+        "run for sandboxed code when the run starts (and when a new cell compiles); the subprocess "
+        "boundary's host process has no hook (its worker's does, with a short stack of its own)."
+    )
+    rows = []
+    for _key, label, d in out.rows("caller_depth"):
+        if "failure" in d:
+            rows.append([label, _short(d["failure"]), "", ""])
+            continue
+        per_frame = d.get("per_frame_s")
+        rows.append(
+            [
+                label,
+                fmt_time(d.get("direct_s")),
+                fmt_time(d.get("value_s")),
+                fmt_time(per_frame) if per_frame is None or per_frame > 0 else "none (within noise)",
+            ]
+        )
+    out.table(["executor", "direct call", f"{F.CALLER_DEPTH} frames deeper", "per extra frame"], rows)
 
 
 def _memory_table(out: _Out) -> None:
@@ -697,7 +725,10 @@ def _method(s: dict[str, Any]) -> list[str]:
         "one ipykernel per session through `jupyter_client`.",
         "- New cell: each call runs a cell never run before (`x = <n>` with n counting up, so no cache "
         "helps), batches alternating with bare `compile` + `exec` of other new cells, as above. "
-        "New session: median over fresh sessions of the first call. Memory: resident memory of the "
+        "New session: median over fresh sessions of the first call, one session after another (the "
+        "subprocess boundary's zygote keeps one worker forked ahead and forks the next as soon as it "
+        "hands one over; a burst of sessions at once would find one spare only). Memory: resident "
+        "memory of the "
         "process plus the unique memory (USS) of its child processes, after `gc.collect()`, over idle "
         "sessions that each ran `x = 1`.",
         "- LangChain adapter: `GenparkReplTool.invoke` with a tool call against a plain `BaseTool` of the "

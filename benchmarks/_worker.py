@@ -140,6 +140,7 @@ def job_latency(key: str, s: F.Settings, emit: Emitter) -> None:
         steps.append(("new_cell", functools.partial(_new_cell_figure, ex, bare, s, emit)))
         steps.append(("new_session", functools.partial(_new_session_figure, ex, bare, s, emit)))
         steps.append(("host_toll", functools.partial(_host_toll_figure, bare, s, emit)))
+        steps.append(("caller_depth", functools.partial(_caller_depth_figure, ex, s, emit)))
         for figure, step in steps:
             try:
                 step()
@@ -271,6 +272,39 @@ def _host_toll_figure(bare: Executor, s: F.Settings, emit: Emitter) -> None:
     samples, numbers = interleaved(calls, s, "cpu")
     _emit_paired(emit, "host_toll", "cpu", samples, numbers)
     bare.close_session("toll")
+
+
+def _nested(depth: int, fn: Callable[[str], object], code: str) -> object:
+    """`fn(code)` called from `depth` (at least 1) more frames of plain Python functions."""
+    return fn(code) if depth <= 1 else _nested(depth - 1, fn, code)
+
+
+def _caller_depth_figure(ex: Executor, s: F.Settings, emit: Emitter) -> None:
+    """`x = 1` called from F.CALLER_DEPTH frames deeper against the direct call, in alternating
+    rounds: what each frame between a caller and the executor costs a call (a framework's call stack;
+    our restricted policies' audit hook looks for sandboxed code among the frames above a run)."""
+    if ex.key == "jupyter":
+        emit(
+            "figure", figure="caller_depth", failure="not measured: a kernel's milliseconds of jitter hide it"
+        )
+        return
+    direct = ex.caller("depth")
+    calls = {"x": (functools.partial(_nested, F.CALLER_DEPTH, direct), "x = 1"), "ref": (direct, "x = 1")}
+    samples, numbers = interleaved(calls, s, ex.clock)
+    ex.close_session("depth")
+    emit(
+        "figure",
+        figure="caller_depth",
+        clock=ex.clock,
+        value_s=min(samples["x"]),
+        direct_s=min(samples["ref"]),
+        # Paired as the ratios are: the difference of two batches timed moments apart, per frame.
+        per_frame_s=statistics.median(x - r for x, r in zip(samples["x"], samples["ref"], strict=True))
+        / F.CALLER_DEPTH,
+        samples=samples,
+        rounds=len(samples["x"]),
+        number=numbers["x"],
+    )
 
 
 def _new_session_figure(ex: Executor, bare: Executor, s: F.Settings, emit: Emitter) -> None:

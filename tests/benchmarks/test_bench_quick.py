@@ -126,6 +126,7 @@ def test_text_has_one_table_per_figure_with_our_rows(bench: tuple[str, dict[str,
         "New cell: code never run before",
         "New session",
         "The host's own code beside the executor",
+        "Caller depth: `x = 1` called from",
         "Memory: idle sessions",
         "Concurrency: 32 sessions printing at once",
         "Runaway probe: infinite loop",
@@ -140,6 +141,40 @@ def test_text_has_one_table_per_figure_with_our_rows(bench: tuple[str, dict[str,
     for figure in ("trivial", "new_cell", "cpu", "namespace", "memory"):
         assert ("inprocess-trusted", figure) in goals
     assert all(g["verdict"] != "not measured" for g in results["goals"]), results["goals"]
+
+
+def test_caller_depth_is_measured_per_frame_from_paired_rounds(bench: tuple[str, dict[str, Any]]) -> None:
+    _, results = bench
+    depth = _bench_module("_figures").CALLER_DEPTH
+    for key in ["bare", *_ours(results)]:
+        row = results["figures"]["caller_depth"][key]
+        assert "failure" not in row, (key, row)
+        samples = row["samples"]
+        assert row["rounds"] == len(samples["x"]) == len(samples["ref"]) >= 1
+        assert row["value_s"] == pytest.approx(min(samples["x"]))
+        assert row["direct_s"] == pytest.approx(min(samples["ref"]))
+        paired = statistics.median(x - r for x, r in zip(samples["x"], samples["ref"], strict=True))
+        assert row["per_frame_s"] == pytest.approx(paired / depth)
+
+
+def test_the_deep_caller_adds_exactly_the_frames_it_says() -> None:
+    worker = _bench_module("_worker")
+    seen: list[int] = []
+
+    def fn(code: str) -> str:
+        seen.append(len(inspect.stack(0)))
+        return code
+
+    def direct() -> None:
+        fn("x = 1")
+
+    def deep(depth: int) -> None:
+        assert worker._nested(depth, fn, "x = 1") == "x = 1"
+
+    direct()
+    for depth in (1, 5, 32):
+        deep(depth)
+        assert seen[-1] - seen[0] == depth
 
 
 def test_our_sessions_never_mix_output(bench: tuple[str, dict[str, Any]]) -> None:
