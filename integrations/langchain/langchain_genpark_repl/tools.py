@@ -85,7 +85,8 @@ class _EngineTool(BaseTool):
     # `config` is injected by LangChain (found by its annotation); the rest are the spec's arguments
     # (positional only when a plain string is invoked).
     def _run(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
-        return self._reply(self._call(self._spec.call, args, config, arguments))
+        # The spec's call made here (bind, then call): one frame above the run, not three.
+        return self._reply(self._call(self._spec.bind, args, config, arguments)())
 
     async def _arun(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
         return self._reply(await self._call(self._spec.acall, args, config, arguments))
@@ -93,7 +94,7 @@ class _EngineTool(BaseTool):
     def _call(
         self, call: Callable[..., Any], args: tuple[str, ...], config: RunnableConfig, arguments: Any
     ) -> Any:
-        """`call` (the spec's `call` or `acall`) for this run's session, arguments and options."""
+        """`call` (the spec's `bind` or `acall`) for this run's session, arguments and options."""
         if args:  # a plain string invoked: the spec's arguments in order
             arguments.update(zip(self._spec.arguments, args, strict=False))
         session = self.session_resolver(config) or self.default_session
