@@ -148,7 +148,7 @@ class ToolSpec:
         """`call` in two steps: this one checks the arguments and seeds the session's files, and returns
         the call itself, to be made with no arguments. A frontend that makes it directly puts one frame
         fewer above the run: under a restricted policy the audit hook checks every frame above a run
-        for sandboxed code when the run starts, at about a microsecond a frame (docs/benchmarks.md,
+        for sandboxed code when the run starts, about 1.5 us a frame here (docs/benchmarks.md,
         caller depth)."""
         function = _function(self, arguments, 0)
         if files is not None:

@@ -85,7 +85,7 @@ class _EngineTool(BaseTool):
     # `config` is injected by LangChain (found by its annotation); the rest are the spec's arguments
     # (positional only when a plain string is invoked).
     def _run(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
-        # The spec's call made here (bind, then call): one frame above the run, not three.
+        # bind, then call here: two frames fewer above the run than `_call` calling `spec.call`.
         return self._reply(self._call(self._spec.bind, args, config, arguments)())
 
     async def _arun(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
