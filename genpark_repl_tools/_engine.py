@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import os
 import threading
+import warnings
 from collections.abc import AsyncGenerator, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -64,10 +65,21 @@ class ReplEngine:
         snapshot_key: bytes | str | None = None,
         hibernate_after_s: float | None = None,
         on_event: EventSink | None = None,
-        audit_log: str | os.PathLike[str] | None = None,
+        refusal_log: str | os.PathLike[str] | None = None,
         tracing: bool | Any | None = None,
+        audit_log: str | os.PathLike[str] | None = None,
         **boundary_options: Any,
     ) -> None:
+        if audit_log is not None:
+            # The log's old name, kept for a release: "audit" also names the static check and the hook.
+            if refusal_log is not None:
+                raise TypeError("give refusal_log, not audit_log too (its deprecated name)")
+            warnings.warn(
+                "ReplEngine(audit_log=...) is deprecated: use refusal_log=...",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            refusal_log = audit_log
         if isinstance(boundary, BaseBoundary):
             if boundary_options:
                 raise TypeError("boundary options apply only when the boundary is given by name")
@@ -80,15 +92,19 @@ class ReplEngine:
         self._closed = False
         self._files = FileTracker()  # what each session's workspace held after its last result
         self._workspaces: dict[str, str] = {}  # session -> its workspace directory, once it has one
-        # ---- observability and accounting (issue 19): budgets, spans, usage, audit events, history ----
+        # ---- observability and accounting: budgets, spans, usage, refusal events, history ----
         try:
             self._observer = Observer(
-                self.limits, self._boundary.sessions, on_event=on_event, audit_log=audit_log, tracing=tracing
+                self.limits,
+                self._boundary.sessions,
+                on_event=on_event,
+                refusal_log=refusal_log,
+                tracing=tracing,
             )
         except BaseException:
             self._boundary.close()
             raise
-        # ---- durable sessions (issue 13) ----
+        # ---- durable sessions ----
         self._durable: Durability | None = None
         self._snapshot_key = snapshot_key
         if store is not None or hibernate_after_s is not None:
@@ -370,7 +386,7 @@ class ReplEngine:
         if self._durable is not None:
             self._durable.forget(session)  # with a store, the stored snapshot goes too
 
-    # ---- files in and out of a session (issue 17) ----------------------------------------------
+    # ---- files in and out of a session ----------------------------------------------------------
 
     def upload(
         self, session: str, name: str, data: bytes | bytearray | memoryview | str | os.PathLike[str]
@@ -446,7 +462,7 @@ class ReplEngine:
         else:
             raise TypeError(f"data must be bytes or a path, not {type(data).__name__}")
 
-    # ---- durable sessions (issue 13) ---------------------------------------------------------------
+    # ---- durable sessions -----------------------------------------------------------------------
 
     def snapshot(self, session: str = "default") -> SessionSnapshot:
         """The session's variables by value and imports by name, signed with this engine's key."""
@@ -524,7 +540,7 @@ class ReplEngine:
                 self._observer.close()
         return True
 
-    # ---- observability and accounting (issue 19) ----------------------------------------------------
+    # ---- observability and accounting -----------------------------------------------------------
 
     def usage(self, session: str = "default") -> SessionUsage:
         """What `session` has used so far (calls, CPU, wall time, peak memory) and what its budget leaves."""

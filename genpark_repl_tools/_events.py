@@ -1,6 +1,6 @@
-"""The audit trail: every refusal as a structured event, derived from the run's result.
+"""The refusal log: every refusal as a structured event, derived from the run's result.
 
-    ReplEngine(on_event=print, audit_log="refusals.jsonl")
+    ReplEngine(on_event=print, refusal_log="refusals.jsonl")
 
 Kinds of refusal and where each is seen:
 
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._models import ExecutionResult
 
-__all__ = ["AuditEvent", "EventKind", "JsonlAuditLog", "events_from", "refusal_layer"]
+__all__ = ["AuditEvent", "EventKind", "JsonlRefusalLog", "events_from", "refusal_layer"]
 
 EventKind = Literal["audit_finding", "runtime_guard", "audit_hook", "sandbox", "budget"]
 
@@ -145,8 +145,8 @@ def _event(
     )
 
 
-class JsonlAuditLog:
-    """Appends each event as one JSON line to a file (O_APPEND: several processes may share it)."""
+class JsonlRefusalLog:
+    """Appends each refusal event as one JSON line to a file (O_APPEND: several processes may share it)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -158,7 +158,7 @@ class JsonlAuditLog:
         line = event.model_dump_json().encode() + b"\n"
         with self._lock:
             if self._fd is None:
-                raise ValueError(f"the audit log {self.path} is closed")
+                raise ValueError(f"the refusal log {self.path} is closed")
             view = memoryview(line)
             while view:  # one write per event; the loop only covers a short write
                 view = view[os.write(self._fd, view) :]
@@ -178,4 +178,4 @@ def deliver(sinks: Iterable[Callable[[AuditEvent], None]], events: list[AuditEve
             try:
                 sink(event)
             except Exception:
-                _log.exception("an audit event sink failed (event kind %s)", event.kind)
+                _log.exception("a refusal event sink failed (event kind %s)", event.kind)

@@ -1,6 +1,6 @@
-"""What the engine does around each run for observability and accounting (issue 19).
+"""What the engine does around each run for observability and accounting.
 
-One object per engine, called once per run: budget check, span, usage, audit events, history. With
+One object per engine, called once per run: budget check, span, usage, refusal events, history. With
 nothing configured it costs a few microseconds: one lock for the ledger, one for the history.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._boundary import ExecutionRequest
-from ._events import AuditEvent, JsonlAuditLog, budget_event, deliver, events_from
+from ._events import AuditEvent, JsonlRefusalLog, budget_event, deliver, events_from
 from ._history import History
 from ._limits import Limits
 from ._models import ExecutionResult
@@ -37,7 +37,7 @@ class Observer:
         live_sessions: Callable[[], list[str]],
         *,
         on_event: EventSink | None = None,
-        audit_log: str | os.PathLike[str] | None = None,
+        refusal_log: str | os.PathLike[str] | None = None,
         tracing: bool | Any | None = None,
     ) -> None:
         if on_event is not None and not callable(on_event):
@@ -45,7 +45,7 @@ class Observer:
         self.tracing = Tracing(tracing)
         self.ledger = Ledger(limits)
         self.history = History(limits)
-        self._log = JsonlAuditLog(audit_log) if audit_log is not None else None
+        self._log = JsonlRefusalLog(refusal_log) if refusal_log is not None else None
         self._sinks: tuple[EventSink, ...] = tuple(s for s in (on_event, self._log) if s is not None)
         self._live_sessions = live_sessions
         self._prune_at = _PRUNE_AT

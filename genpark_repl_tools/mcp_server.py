@@ -123,7 +123,7 @@ _RUN_HANDLE = " Pass the session_id from a result to keep its variables; omit it
 _RESET_HANDLE = " The session_id stays valid for run_python."
 _UPLOAD_HANDLE = " Omit session_id to start a new session with this file; its session_id comes back."
 
-# A session's files as MCP resources (issue 17): listed by resources/list, read through this template.
+# A session's files as MCP resources: listed by resources/list, read through this template.
 FILE_URI = "genpark-repl://sessions/{session_id}/files/{name}"
 _LISTED_RESOURCES = 1000
 

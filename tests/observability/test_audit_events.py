@@ -1,4 +1,4 @@
-"""The audit trail: one structured event per refusal, to a callback and an append-only JSON-lines file."""
+"""The refusal log: one structured event per refusal, to a callback and an append-only JSON-lines file."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from genpark_repl_tools import ReplEngine
-from genpark_repl_tools.observability import AuditEvent
+from genpark_repl_tools import ReplEngine, observability
+from genpark_repl_tools.observability import AuditEvent, JsonlRefusalLog
 
 
 @pytest.fixture
@@ -119,10 +119,10 @@ def test_os_permission_errors_in_process_are_not_sandbox_events(events: list[Aud
 
 
 def test_jsonl_log_is_append_only_and_parseable(tmp_path: Path) -> None:
-    log = tmp_path / "audit.jsonl"
-    with ReplEngine(audit_log=log) as engine:
+    log = tmp_path / "refusals.jsonl"
+    with ReplEngine(refusal_log=log) as engine:
         engine.run("import os", "a")
-    with ReplEngine(audit_log=log) as engine:  # a second engine appends, it does not truncate
+    with ReplEngine(refusal_log=log) as engine:  # a second engine appends, it does not truncate
         engine.run("getattr(1, '_' + '_class__')", "b")
     lines = log.read_text().splitlines()
     assert len(lines) == 2
@@ -139,7 +139,7 @@ def test_a_failing_callback_is_logged_and_the_result_still_returned(caplog: pyte
     with caplog.at_level(logging.ERROR, logger="genpark_repl_tools"), ReplEngine(on_event=broken) as engine:
         result = engine.run("import os")
     assert result.status == "blocked"
-    assert "an audit event sink failed" in caplog.text and "sink down" in caplog.text
+    assert "a refusal event sink failed" in caplog.text and "sink down" in caplog.text
 
 
 def test_on_event_must_be_callable() -> None:
@@ -156,7 +156,43 @@ def test_the_log_file_is_closed_with_the_engine(tmp_path: Path) -> None:
         fds = os.listdir("/proc/self/fd")
         return sum(1 for fd in fds if os.path.realpath(f"/proc/self/fd/{fd}") == str(log.resolve()))
 
-    engine = ReplEngine(audit_log=log)
+    engine = ReplEngine(refusal_log=log)
     assert open_on_log() == 1
     engine.close()
     assert open_on_log() == 0
+
+
+def test_audit_log_is_the_deprecated_name_of_refusal_log(tmp_path: Path) -> None:
+    log = tmp_path / "old.jsonl"
+    with pytest.deprecated_call(match=r"audit_log=\.\.\.\) is deprecated: use refusal_log="):
+        engine = ReplEngine(audit_log=log)
+    with engine:
+        engine.run("import os", "a")
+    records = [AuditEvent.model_validate_json(line) for line in log.read_text().splitlines()]
+    assert [(r.kind, r.session) for r in records] == [("audit_finding", "a")]
+
+
+def test_audit_log_and_refusal_log_together_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="give refusal_log, not audit_log too"):
+        ReplEngine(refusal_log=tmp_path / "a.jsonl", audit_log=tmp_path / "b.jsonl")
+    assert list(tmp_path.iterdir()) == []  # refused before either file was opened
+
+
+def test_jsonl_audit_log_is_the_deprecated_name_of_jsonl_refusal_log(tmp_path: Path) -> None:
+    with pytest.deprecated_call(match="JsonlAuditLog is deprecated: use JsonlRefusalLog"):
+        old = observability.JsonlAuditLog
+    assert old is JsonlRefusalLog
+    with pytest.deprecated_call(match="use JsonlRefusalLog"):
+        from genpark_repl_tools.observability import JsonlAuditLog  # noqa: F401
+    with pytest.raises(AttributeError, match="no attribute 'JsonlNoSuchLog'"):
+        observability.JsonlNoSuchLog
+
+
+def test_the_new_names_warn_nothing(tmp_path: Path) -> None:
+    # pytest turns warnings into errors here: a warning from the new spelling would fail this test.
+    log = JsonlRefusalLog(tmp_path / "direct.jsonl")
+    log.close()
+    with ReplEngine(refusal_log=tmp_path / "r.jsonl"):
+        pass
+    assert "JsonlAuditLog" not in observability.__all__
+    assert "JsonlRefusalLog" in observability.__all__
