@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Durable sessions on the subprocess boundary (issue 13): rollback cost per cell, hibernation memory.
+"""Durable sessions on the subprocess boundary: rollback cost per cell, hibernation memory.
 
     .venv/bin/python benchmarks/durable.py [--cells 20] [--sessions 1000] [--big-mb 500]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What observability adds to a trivial call (issue 19): `engine.run("x = 1")`, in-process, `standard`.
+"""What observability adds to a trivial call: `engine.run("x = 1")`, in-process, `standard`.
 
     .venv/bin/python benchmarks/observability.py [--seconds 3]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What streaming costs (issue 16): a cell printing 100 KB, `engine.stream` against `engine.run`.
+"""What streaming costs: a cell printing 100 KB, `engine.stream` against `engine.run`.
 
     .venv/bin/python benchmarks/streaming.py [--seconds 5] [--boundary inprocess]
 

@@ -143,6 +143,20 @@ def test_text_has_one_table_per_figure_with_our_rows(bench: tuple[str, dict[str,
     assert all(g["verdict"] != "not measured" for g in results["goals"]), results["goals"]
 
 
+def test_per_call_goals_are_time_budgets_on_the_measured_time(bench: tuple[str, dict[str, Any]]) -> None:
+    _, results = bench
+    budgets = {(f"inprocess-{p}", "trivial"): 100e-6 for p in PRESETS}
+    budgets |= {(f"inprocess-{p}", "new_cell"): 300e-6 for p in PRESETS}
+    if LINUX:
+        budgets[(f"subprocess-{DEFAULT_POLICY}", "trivial")] = 250e-6
+    goals = {(g["executor"], g["figure"]): g for g in results["goals"]}
+    for (key, figure), budget in budgets.items():
+        goal = goals[(key, figure)]
+        assert goal["limit"] == pytest.approx(budget), goal
+        assert goal["value"] == results["figures"][figure][key]["value_s"], goal
+        assert (goal["verdict"] == "met") == (goal["value"] <= budget), goal
+
+
 def test_caller_depth_is_measured_per_frame_from_paired_rounds(bench: tuple[str, dict[str, Any]]) -> None:
     _, results = bench
     depth = _bench_module("_figures").CALLER_DEPTH
