@@ -148,18 +148,13 @@ def _known_policies() -> list[str]:
     return []
 
 
-def build_parser() -> argparse.ArgumentParser:
-    # Options live on parent parsers with SUPPRESS defaults, so `genpark-repl --json` and
-    # `genpark-repl run --json FILE` both work and a subcommand never resets a value given before it.
-    policy_opts = argparse.ArgumentParser(add_help=False)
-    policy_opts.add_argument("--policy", default=argparse.SUPPRESS, metavar="NAME", help=_policy_help())
-
+def _engine_opts(boundary_default: str) -> argparse.ArgumentParser:
     engine_opts = argparse.ArgumentParser(add_help=False)
     engine_opts.add_argument(
         "--boundary",
         default=argparse.SUPPRESS,
         metavar="NAME",
-        help="where code runs: inprocess (default) or subprocess",
+        help=f"where code runs: inprocess or subprocess; {boundary_default}",
     )
     engine_opts.add_argument(
         "--timeout", type=_positive_float, default=argparse.SUPPRESS, metavar="SECONDS", help="per execution"
@@ -178,6 +173,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="CPU-time cap (enforced by the subprocess boundary)",
     )
+    return engine_opts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Options live on parent parsers with SUPPRESS defaults, so `genpark-repl --json` and
+    # `genpark-repl run --json FILE` both work and a subcommand never resets a value given before it.
+    policy_opts = argparse.ArgumentParser(add_help=False)
+    policy_opts.add_argument("--policy", default=argparse.SUPPRESS, metavar="NAME", help=_policy_help())
+
+    # The REPL and run default to in-process, mcp to the subprocess boundary (_mcp_engine): each
+    # command's --boundary help names its own default, so each gets its own copy of these options.
+    engine_opts = _engine_opts("default: inprocess (mcp: subprocess)")
 
     files_opts = argparse.ArgumentParser(add_help=False)
     files_opts.add_argument(
@@ -229,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        parents=[policy_opts, engine_opts, files_opts, output_opts],
+        parents=[policy_opts, _engine_opts("default: inprocess"), files_opts, output_opts],
         help="run a file (or - for stdin) as one cell",
         description="Run a script as one cell and print the observation (or the telemetry with --json). "
         "Exit code: 0 ok, 1 error, 2 usage, 3 blocked, 4 timeout, 5 crashed.",
@@ -250,7 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     mcp = commands.add_parser(
         "mcp",
-        parents=[policy_opts, engine_opts],
+        parents=[
+            policy_opts,
+            _engine_opts("default: subprocess (inprocess, said on stderr, where it cannot run here)"),
+        ],
         help="serve the engine over MCP (stdio or streamable HTTP)",
         description="An MCP server with the tools run_python, list_variables, inspect_variable and "
         "reset_session, on stdin/stdout or over streamable HTTP. Code runs on the subprocess boundary "

@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -216,6 +217,36 @@ def test_policy_help_lists_the_presets(capsys: pytest.CaptureFixture[str]) -> No
     for name in cli._known_policies():
         assert name in out
     assert "trusted" in cli._known_policies()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param([], id="repl"),
+        pytest.param(["run"], id="run"),
+        pytest.param(
+            ["mcp"],
+            id="mcp",
+            marks=pytest.mark.skipif(
+                not sys.platform.startswith("linux"), reason="mcp falls back to inprocess off Linux"
+            ),
+        ),
+    ],
+)
+def test_boundary_help_names_the_default_the_command_uses(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps option help
+    named = re.search(r"--boundary NAME where code runs: inprocess or subprocess; default: (\w+)", text)
+    assert named is not None, text
+    # The engine the command builds when --boundary is not given.
+    args = cli.build_parser().parse_args([*command, "-"] if command == ["run"] else command)
+    engine = cli._mcp_engine(args, {}) if command == ["mcp"] else cli._make_engine(args)
+    with engine:
+        assert engine.boundary.name == named.group(1)
+    assert capsys.readouterr().err == ""  # no fallback note: the default itself was used
 
 
 # ---- figures -------------------------------------------------------------------------------------
