@@ -776,7 +776,6 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     path_types = _path_types()
     importlib_codes, find_and_load = _importlib_codes()
     parse_code = ast.parse.__code__
-    own_code = _cell_compilers()  # event -> the code of ours that raises it when it compiles a cell
     evaluate = _forward_ref_evaluate()
     real_builtins = (sys.modules["builtins"], vars(sys.modules["builtins"]))
 
@@ -1442,14 +1441,15 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 caller_code = frame.f_code
                 if caller_code is parse_code:
                     return  # ast.parse only builds a tree; compiling that tree is judged again
-        own = own_code.get(event)
-        if own is not None:
-            if caller_code is None:
-                caller_code = frame.f_code
-            if (caller_code is own or (args and issubclass(type(args[0]), ast.AST))) and host_direct(
-                frame, first_code=caller_code
-            ):
-                return  # the host compiling a cell of its own (from its tree, or from source: then screened)
+        if (
+            event == "compile"
+            and args
+            and issubclass(type(args[0]), ast.AST)
+            and host_direct(frame, first_code=caller_code)
+        ):
+            # The host compiling a cell's tree (a snapshot's save and restore compile cells while an
+            # execution's rules are active): that tree was audited before it was compiled.
+            return
         try:
             handler(rules, event, args, frame)
         except PolicyViolation:
@@ -1459,16 +1459,6 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
 
     own_globals = hook.__globals__
     return hook
-
-
-def _cell_compilers() -> dict[str, CodeType]:
-    """The compile fast path's own events: `_compile` compiles a cell's source, `_from_source` makes
-    its code store the trailing value (code.replace). With no sandboxed code on the stack they are
-    the host's, as compiling a tree of its own is (a snapshot's save and restore compile cells while
-    an execution's rules are active). A compiled tree's "compile" is recognised by its argument."""
-    from .._compile import _compile, _from_source
-
-    return {"compile": _compile.__code__, "code.__new__": _from_source.__code__}
 
 
 def _forward_ref_evaluate() -> CodeType | None:
