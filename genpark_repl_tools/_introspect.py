@@ -3,13 +3,19 @@
 Runs on the executing thread, inside the execution's guarded region: a user-defined `__repr__` or
 `__len__` is user code, so it is subject to the same timeout and policy as the cell itself.
 
+The guards stop what the code may *do*; they do not stop host code from *reading* the host. So
+nothing here evaluates text the session controls or looks names up where the session points: a
+callable's signature is built from its code object (never `inspect.signature`, which evaluates a
+class's docstring signature, `__text_signature__`, in the module its `__module__` names and follows
+`__signature__` and `__wrapped__`), and a class is named from `type`'s own slots, never through its
+metaclass. A value that cannot be described reads `<unrepresentable Foo>`; the listing goes on.
+
 Whatever a `__repr__` returns (a `str` subclass, lone surrogates, megabytes) or raises, the text
 here is a plain, bounded `str` that encodes to UTF-8 (`_text.clean`), on every boundary alike.
 """
 
 from __future__ import annotations
 
-import inspect as _inspect
 import reprlib
 import types
 from typing import Any
@@ -19,7 +25,19 @@ from ._rich import summarize, table_repr, table_texts
 from ._text import clean
 from ._watchdog import ExecutionTimeout
 
-__all__ = ["SCALAR_TYPES", "bounded_repr", "describe", "type_name", "value_repr", "variable_name"]
+__all__ = [
+    "SCALAR_TYPES",
+    "bounded_repr",
+    "class_name",
+    "describe",
+    "module_of",
+    "short_type_name",
+    "signature_text",
+    "type_name",
+    "unrepresentable",
+    "value_repr",
+    "variable_name",
+]
 
 _FUNCTION_TYPES = (
     types.FunctionType,
@@ -27,6 +45,19 @@ _FUNCTION_TYPES = (
     types.MethodType,
     types.BuiltinMethodType,
 )
+
+# `type`'s own slots, read without the class's metaclass (whose `__getattribute__` or `__name__`
+# property would be the session's code) and without entries of the class's dict shadowing them.
+_type_name = type.__dict__["__name__"].__get__
+_type_qualname = type.__dict__["__qualname__"].__get__
+_type_module = type.__dict__["__module__"].__get__
+_type_mro = type.__dict__["__mro__"].__get__
+_type_dict = type.__dict__["__dict__"].__get__
+_method_func = types.MethodType.__dict__["__func__"].__get__
+_static_func = staticmethod.__dict__["__func__"].__get__
+_builtin_text_signature = types.BuiltinFunctionType.__dict__["__text_signature__"].__get__
+_CO_VARARGS = 0x04
+_CO_VARKEYWORDS = 0x08
 
 
 class _Repr(reprlib.Repr):
@@ -141,40 +172,186 @@ _PACKAGE = __name__.partition(".")[0]
 def type_name(obj: Any) -> str:
     cls = type(obj)
     if type(cls) is type and cls in _PLAIN:
-        return cls.__name__  # what the walk below finds for them, without it
-    if isinstance(obj, types.ModuleType):
+        name: str = _type_name(cls)  # what class_name finds for them, without its walk
+        return name
+    if issubclass(cls, types.ModuleType):
         return "module"  # also the policy's read-only module views: their class is ours, not the model's
-    # The engine's own stand-ins (guards, views) are named by what they stand for: the first class
-    # in their MRO that is not the engine's. Internal names never reach the model.
-    for base in cls.__mro__:
-        if not str(getattr(base, "__module__", "")).startswith(_PACKAGE):
+    return class_name(cls)
+
+
+def class_name(cls: type) -> str:
+    """`module.Qualname` of a class, read from `type`'s slots: no code of the class or its metaclass runs.
+
+    The engine's own stand-ins (guards, views) are named by what they stand for: the first class in
+    their MRO that is not the engine's. Internal names never reach the model.
+    """
+    for base in _type_mro(cls):
+        if not module_of(base).startswith(_PACKAGE):
             cls = base
             break
-    module = getattr(cls, "__module__", "builtins")
-    qual = clean(getattr(cls, "__qualname__", cls.__name__))
+    module = module_of(cls)
+    qual = _text_of(_type_qualname(cls))
     # Classes the session defined live in its "__main__"; the prefix would only be noise.
-    if module in ("builtins", "__main__", None):
+    if module in ("builtins", "__main__", "?"):
         return qual
-    return f"{clean(module) if isinstance(module, str) else '?'}.{qual}"
+    return f"{module}.{qual}"
+
+
+def short_type_name(obj: Any) -> str:
+    """The `__name__` of `obj`'s class, from `type`'s own slot: runs no code of the class or its metaclass."""
+    return _text_of(_type_name(type(obj)))
+
+
+def unrepresentable(obj: Any) -> str:
+    """What a value reads as when describing it failed or ran out of time."""
+    return f"<unrepresentable {short_type_name(obj)}>"
+
+
+def module_of(cls: type) -> str:
+    """A class's `__module__` as text ('?' if it is not a str), read from `type`'s own slot."""
+    # Whatever the class body stored as `__module__`: read as text, never called or compared as is.
+    return _text_of(_type_module(cls))
+
+
+def _text_of(value: Any) -> str:
+    """`value` as plain text if it is a str (a subclass read without its methods), else "?"."""
+    return clean(value) if issubclass(type(value), str) else "?"
 
 
 def _kind(obj: Any) -> str:
-    if isinstance(obj, types.ModuleType):
+    # issubclass on type(obj), not isinstance: isinstance asks an object of another type for its
+    # `__class__`, which may be the session's code.
+    t = type(obj)
+    if issubclass(t, types.ModuleType):
         return "module"
-    if isinstance(obj, type):
+    if issubclass(t, type):
         return "class"
-    if isinstance(obj, _FUNCTION_TYPES) or type(obj).__name__ == "partial":
+    if issubclass(t, _FUNCTION_TYPES) or _type_name(t) == "partial":
         return "function"
     return "value"
 
 
-def _callable_repr(name: str, obj: Any, kind: str) -> str:
-    try:
-        sig = clean(str(_inspect.signature(obj)))  # defaults are shown with their own __repr__
-    except ExecutionTimeout:
-        raise
-    except BaseException:
-        sig = "(...)"
+def signature_text(obj: Any, limit: int) -> str:
+    """A callable's signature as `inspect.signature` prints it, built without evaluating any text.
+
+    Python functions, methods and classes (through their `__new__`/`__init__`, or a metaclass's
+    `__call__`) from their code object, defaults and annotations; builtins from their C text
+    signature, as written; anything else "(...)". Defaults and annotations are shown by their
+    bounded repr (the session's code, run here under the guards), each cut at `limit`.
+    """
+    t = type(obj)
+    if t is types.FunctionType:
+        return _function_signature(obj, 0, limit)
+    if t is types.MethodType:
+        func = _method_func(obj)
+        return _function_signature(func, 1, limit) if type(func) is types.FunctionType else "(...)"
+    if t is types.BuiltinFunctionType:
+        return _builtin_signature(obj)
+    if issubclass(t, type):
+        return _class_signature(obj, limit)
+    return "(...)"
+
+
+def _class_signature(cls: type, limit: int) -> str:
+    meta = type(cls)
+    if meta is not type:  # a metaclass's own __call__ decides what calling the class takes
+        for base in _type_mro(meta):
+            if base is type:
+                break
+            call = _type_dict(base).get("__call__")
+            if call is not None:
+                return _function_signature(call, 1, limit) if type(call) is types.FunctionType else "(...)"
+    for base in _type_mro(cls):
+        if base is object:
+            return "()"
+        namespace = _type_dict(base)
+        new, init = namespace.get("__new__"), namespace.get("__init__")
+        if type(new) is staticmethod:
+            new = _static_func(new)
+        if type(new) is types.FunctionType:
+            return _function_signature(new, 1, limit)
+        if type(init) is types.FunctionType:
+            return _function_signature(init, 1, limit)
+        if new is not None or init is not None:
+            return "(...)"  # made in C (a builtin base): no code object to read it from
+    return "(...)"
+
+
+_NO_DEFAULT: Any = object()
+
+
+def _function_signature(fn: types.FunctionType, skip: int, limit: int) -> str:
+    code = fn.__code__  # the function type's own slots: `fn` is exactly a function
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    annotations: Any = fn.__annotations__  # 3.14 computes them here: the session's code, guarded
+    if not issubclass(type(annotations), dict):
+        annotations = {}
+    names = code.co_varnames
+    positional = code.co_argcount
+    keyword_only = code.co_kwonlyargcount
+    first_default = positional - len(defaults)
+    parts: list[str] = []
+    for i in range(positional):
+        default = defaults[i - first_default] if i >= first_default else _NO_DEFAULT
+        parts.append(_parameter(names[i], annotations, default, limit))
+        if i + 1 == code.co_posonlyargcount:
+            parts.append("/")
+    index = positional + keyword_only
+    if code.co_flags & _CO_VARARGS:
+        parts.append("*" + _parameter(names[index], annotations, _NO_DEFAULT, limit))
+        index += 1
+    elif keyword_only:
+        parts.append("*")
+    for name in names[positional : positional + keyword_only]:
+        parts.append(_parameter(name, annotations, dict.get(kwdefaults, name, _NO_DEFAULT), limit))
+    if code.co_flags & _CO_VARKEYWORDS:
+        parts.append("**" + _parameter(names[index], annotations, _NO_DEFAULT, limit))
+    if skip:  # the bound first parameter (self, cls), and a "/" right after it
+        parts = parts[1:]
+        if parts and parts[0] == "/":
+            parts = parts[1:]
+    text = f"({', '.join(parts)})"
+    returns = dict.get(annotations, "return", _NO_DEFAULT)
+    return text if returns is _NO_DEFAULT else f"{text} -> {_annotation(returns, limit)}"
+
+
+def _parameter(name: str, annotations: dict[str, Any], default: Any, limit: int) -> str:
+    text = clean(name)
+    annotation = dict.get(annotations, name, _NO_DEFAULT)
+    if annotation is not _NO_DEFAULT:
+        text = f"{text}: {_annotation(annotation, limit)}"
+        return text if default is _NO_DEFAULT else f"{text} = {bounded_repr(default, limit)[0]}"
+    return text if default is _NO_DEFAULT else f"{text}={bounded_repr(default, limit)[0]}"
+
+
+def _annotation(annotation: Any, limit: int) -> str:
+    # As inspect.formatannotation shows them: a class by its name, anything else by its repr.
+    t = type(annotation)
+    if issubclass(t, type) and not issubclass(t, types.GenericAlias):
+        return class_name(annotation)
+    text = bounded_repr(annotation, limit)[0]
+    return text if t is str else text.replace("typing.", "")
+
+
+def _builtin_signature(fn: Any) -> str:
+    # The C function's own text (a session cannot make a builtin function), shown as written: its
+    # defaults are never evaluated. `$module` / `$self` name the bound first parameter.
+    text = _builtin_text_signature(fn)
+    if type(text) is not str:
+        return "(...)"
+    if text.startswith("($"):
+        rest = text.partition(",")[2].lstrip()
+        text = "(" + rest if rest else "()"
+        if text.startswith("(/, "):
+            text = "(" + text[4:]
+        elif text == "(/)":
+            text = "()"
+    return clean(text)
+
+
+def _callable_repr(name: str, obj: Any, kind: str, limit: int) -> str:
+    sig = signature_text(obj, limit)
     return f"class {name}{sig}" if kind == "class" else f"def {name}{sig}"
 
 
@@ -183,17 +360,34 @@ def describe(name: str, obj: Any, limit: int) -> VariableInfo:
 
 
 def describe_fields(name: str, obj: Any, limit: int) -> dict[str, Any]:
-    """VariableInfo's fields as a dict (validated later, together with the result that holds it)."""
+    """VariableInfo's fields as a dict (validated later, together with the result that holds it).
+
+    Never raises but for the deadline: a value whose description fails reads `<unrepresentable Foo>`.
+    """
     name = variable_name(name, limit)
     t = type(obj)
-    if t in _SCALARS:  # the common case (`x = 1`): no duck-typed probing needed
+    if type(t) is type and t in _SCALARS:  # the common case (`x = 1`): no duck-typed probing needed
         text, truncated = bounded_repr(obj, limit)
-        return {"name": name, "type": t.__name__, "repr": text, "repr_truncated": truncated}
+        return {"name": name, "type": _type_name(t), "repr": text, "repr_truncated": truncated}
+    try:
+        return _fields(name, obj, limit)
+    except ExecutionTimeout:
+        raise
+    except BaseException:  # the value's own code failed where no guard expected it to
+        return unrepresentable_fields(name, obj)
+
+
+def unrepresentable_fields(name: str, obj: Any) -> dict[str, Any]:
+    """The fields of a value that could not be described (failed, or ran out of time)."""
+    return {"name": name, "type": short_type_name(obj), "repr": unrepresentable(obj), "repr_truncated": True}
+
+
+def _fields(name: str, obj: Any, limit: int) -> dict[str, Any]:
     kind = _kind(obj)
     truncated = False
     tables = table_texts(obj, limit) if kind == "value" else None  # (repr, summary) of tables/arrays
     if kind in ("function", "class"):
-        text, truncated = _cut(_callable_repr(name, obj, kind), limit)
+        text, truncated = _cut(_callable_repr(name, obj, kind, limit), limit)
     elif tables is not None and tables[0] is not None:
         text, truncated = _cut(clean(tables[0]), limit)
     else:
@@ -205,7 +399,7 @@ def describe_fields(name: str, obj: Any, limit: int) -> dict[str, Any]:
         if shape is not None:
             dtype = _attr_text(obj, "dtype")
             raw_size = _attr(obj, "size")
-            size = raw_size if isinstance(raw_size, int) and not isinstance(raw_size, bool) else None
+            size = raw_size if issubclass(type(raw_size), int) and type(raw_size) is not bool else None
     return {
         "name": name,
         "type": type_name(obj),
@@ -234,8 +428,13 @@ def _cut(text: str, limit: int) -> tuple[str, bool]:
     return text, False
 
 
+def _defines(cls: type, name: str) -> bool:
+    """Whether a class in `cls`'s MRO defines `name` (read from their dicts, not through the metaclass)."""
+    return any(name in _type_dict(base) for base in _type_mro(cls))
+
+
 def _cheap_len(obj: Any) -> int | None:
-    if not hasattr(type(obj), "__len__"):
+    if not _defines(type(obj), "__len__"):
         return None
     try:
         n = len(obj)
@@ -248,7 +447,7 @@ def _cheap_len(obj: Any) -> int | None:
 
 def _shape(obj: Any) -> list[int] | None:
     # Duck-typed: numpy arrays, pandas frames and the like expose `.shape` as a tuple of ints.
-    if not hasattr(type(obj), "shape"):
+    if not _defines(type(obj), "shape"):
         return None
     try:
         shape = obj.shape
@@ -256,7 +455,7 @@ def _shape(obj: Any) -> list[int] | None:
         raise
     except BaseException:
         return None
-    if isinstance(shape, tuple) and all(isinstance(d, int) for d in shape):
+    if type(shape) is tuple and all(issubclass(type(d), int) for d in shape):
         return list(shape)
     return None
 

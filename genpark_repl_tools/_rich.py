@@ -513,6 +513,10 @@ _PREVIEW_THRESHOLD = 100
 _MAX_NAME = 60
 
 
+_type_mro = type.__dict__["__mro__"].__get__
+_type_module = type.__dict__["__module__"].__get__
+_type_name = type.__dict__["__name__"].__get__
+
 _PLAIN_TYPES = frozenset(
     {int, float, complex, bool, str, bytes, type(None), list, tuple, dict, set, frozenset}
 )
@@ -529,11 +533,15 @@ def table_kind(obj: Any) -> str | None:
     # true, and `id()` is an audit event a restricted policy's hook judges.)
     if type(t) is type and t in _PLAIN_TYPES:
         return None
-    for cls in t.__mro__:
-        module = getattr(cls, "__module__", None) or ""
-        if (module == "pandas" or module.startswith("pandas.")) and cls.__name__ in ("DataFrame", "Series"):
-            return cls.__name__
-        if module == "numpy" and cls.__name__ == "ndarray":
+    # Read from `type`'s own slots: a metaclass's `__getattribute__` could otherwise answer for the
+    # class (and claim to be pandas), and a `__module__` may be any object the class body stored.
+    for cls in _type_mro(t):
+        module, name = _type_module(cls), _type_name(cls)
+        if type(module) is not str or type(name) is not str:
+            continue
+        if (module == "pandas" or module.startswith("pandas.")) and name in ("DataFrame", "Series"):
+            return "DataFrame" if name == "DataFrame" else "Series"
+        if module == "numpy" and name == "ndarray":
             return "ndarray"
     return None
 

@@ -8,7 +8,6 @@ boundary finds, creates and caps its sessions, whatever it keeps per session.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import types
@@ -18,7 +17,7 @@ from typing import Any, Generic, TypeVar
 from ._capture import Capture, OutputCapture, capturing
 from ._compile import GUARD_NAME
 from ._exceptions import CapacityError, SessionNotFound, VariableNotFound
-from ._introspect import describe, variable_name
+from ._introspect import describe, short_type_name, unrepresentable, variable_name
 from ._limits import Limits
 from ._models import VariableInfo
 from ._rich import FigureOwner
@@ -141,21 +140,32 @@ class Session:
 
     def describe(self, names: Iterable[str], limits: Limits) -> list[VariableInfo]:
         """Describe `names` under the policy, all within min(timeout, 5 s): a description that
-        does not finish in what is left (a `__repr__` that loops) says so instead."""
+        does not finish in what is left (a `__repr__` that loops) says so instead.
+
+        Outside the guarded call nothing touches a value but `type()` and `type`'s own name slot
+        (`unrepresentable`): no code of the value, its class or its metaclass runs with host rights.
+        """
         deadline = time.monotonic() + min(limits.timeout_s, DESCRIBE_BUDGET_S)
         infos = []
         for name in names:
             value = self.namespace[name]
             remaining = deadline - time.monotonic()
             info: VariableInfo | None = None
+            timed_out = True
             if remaining > 0:
-                with contextlib.suppress(ExecutionTimeout):
+                try:
                     info = call_guarded(self.runtime, remaining, describe, name, value, limits.max_repr_chars)
+                    timed_out = False
+                except ExecutionTimeout:
+                    pass
+                except Exception:  # describe reports the value's failures itself; this is a last resort
+                    timed_out = False
             if info is None:
+                text = "<repr timed out>" if timed_out else unrepresentable(value)
                 info = VariableInfo(
                     name=variable_name(name, limits.max_repr_chars),
-                    type=type(value).__name__,
-                    repr="<repr timed out>",
+                    type=short_type_name(value),
+                    repr=text,
                     repr_truncated=True,
                 )
             infos.append(info)

@@ -24,7 +24,7 @@ from types import CellType, CodeType, FunctionType, ModuleType
 from typing import Any
 
 from .._compile import CELL_PREFIX, CompiledCell, compile_cell
-from .._introspect import type_name
+from .._introspect import module_of, type_name
 from .._limits import Limits
 from .._models import SkippedVariable, SnapshotManifest, SnapshotVariable
 from .._session import Session, call_guarded
@@ -90,7 +90,7 @@ def unsaveable(obj: Any) -> str | None:
         return "a thread: threads do not survive a restore"
     if isinstance(obj, (types.FrameType, types.TracebackType, CodeType)):
         return "interpreter internals (a frame, traceback or code object)"
-    module = type(obj).__module__ or ""
+    module = module_of(type(obj))
     if module.startswith(("matplotlib", "mpl_toolkits")):
         return "a matplotlib object: figures are not saved; draw it again after the restore"
     if module in ("socket", "ssl", "selectors"):
@@ -357,7 +357,7 @@ def _save(session: Session, runtime: PolicyRuntime, key: bytes) -> SessionSnapsh
             records.append([name, start, length, first_buffer, len(context.buffers) - first_buffer])
             size = length + context.buffer_bytes - buffer_bytes
             saved.append(SnapshotVariable(name=name, type=type_name(value), bytes=size))
-            context.modules.add(type(value).__module__.partition(".")[0])
+            context.modules.add(module_of(type(value)).partition(".")[0])
         if failed is None:
             break
         skipped[failed.name] = failed
