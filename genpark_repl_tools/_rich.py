@@ -70,6 +70,7 @@ _MIN_SHRINK = 0.3
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _MAX_LABEL = 120
 _MAX_MESSAGE = 200
+_CLOSE_TIMEOUT_S = 5.0  # closing a figure takes microseconds; only the code's own objects take longer
 
 # A mapping no run writes to: what a run holds until it has figures of its own to note.
 _NO_FIGURES: dict[int, Any] = {}
@@ -113,9 +114,10 @@ class FigureRun:
     both. So an execution sets one context variable and takes one lock to start and one to end,
     whatever it does with figures.
 
-    Security model: `enter` and `close` are host code around the execution (they only touch
-    pyplot's registry and backend); `collect` and `show` render figures, which runs user code, and
-    must be called inside the execution's guarded region.
+    Security model: `enter` is host code before the execution (it touches only pyplot's registry
+    and backend, no object of the session); `collect` and `show` render figures, which runs user
+    code, and must be called inside the execution's guarded region; `close` touches the session's
+    figures after the cell's deadline, so it is called under the guards and sets a deadline of its own.
     """
 
     __slots__ = (
@@ -197,17 +199,31 @@ class FigureRun:
             self._dropped = 0
 
     def close(self) -> None:
-        """After the deadline was released: close what the code left open (also on timeout)."""
+        """After the cell's deadline was released, still under its guards: close what the code left
+        open (also on timeout). A figure is the session's object (its canvas and manager may be
+        replaced by the code), so closing runs under a deadline of its own."""
         pyplot = sys.modules.get("matplotlib.pyplot")
         if pyplot is None:
             return  # no figure can be open
+        from ._session import call_armed  # the session module imports this one
+
+        note, failure = call_armed(_CLOSE_TIMEOUT_S, None, self._close_all, pyplot)
+        if failure is not None:  # only the deadline gets here: _close_all reports the rest
+            note = f"Figures could not be closed within {_CLOSE_TIMEOUT_S:g} s."
+        if note is not None:
+            self.notes.append(note)
+        self._before = _NO_FIGURES
+        self._created = None
+
+    def _close_all(self, pyplot: Any) -> str | None:
         try:
             for fig in self._owned_open():
                 _close(pyplot, fig)
-        except Exception as exc:
-            self.notes.append(f"Figures could not be closed: {_message(exc)}")
-        self._before = _NO_FIGURES
-        self._created = None
+        except ExecutionTimeout:
+            raise
+        except BaseException as exc:  # the figure's own code: its message is read under the deadline too
+            return f"Figures could not be closed: {_message(exc)}"
+        return None
 
     # ---- internals ------------------------------------------------------------------------------
 
