@@ -16,6 +16,8 @@ here is a plain, bounded `str` that encodes to UTF-8 (`_text.clean`), on every b
 
 from __future__ import annotations
 
+import array
+import collections
 import reprlib
 import types
 from typing import Any
@@ -78,11 +80,17 @@ class _Repr(reprlib.Repr):
     def repr1(self, x: Any, level: int) -> str:
         # reprlib shortens silently; note whether it did, so results can say "truncated".
         t = type(x)
-        if t in _LIMITED:
+        if type(t) is not type or t not in _WALKED:
+            return self.repr_instance(x, level)
+        limit = _LIMITED.get(t)
+        if limit is not None:
             n = len(x)
-            if n > getattr(self, _LIMITED[t]) or (level <= 0 and n):
+            if n > getattr(self, limit) or (level <= 0 and n):
                 self.cut = True
-        return super().repr1(x, level)
+        # reprlib picks its method by `type(x).__name__`: a metaclass's code, and a session class
+        # named `dict` would be walked as one. Only the builtin containers are walked.
+        method: Any = getattr(self, _WALKED[t])
+        return str(method(x, level))
 
     def repr_dict(self, x: dict[Any, Any], level: int) -> str:
         # reprlib sorts keys; a model should see the dict in its own (insertion) order.
@@ -119,6 +127,13 @@ _SCALARS = frozenset({int, float, bool, complex, type(None)})
 # Looked up only for classes whose metaclass is `type`: hashing any other class may run its code.
 _PLAIN = _SCALARS | {str}
 SCALAR_TYPES = _SCALARS
+
+# The exact types reprlib walks itself, and its method for each. Anything else (subclasses too)
+# shows its own repr, cut after (`repr_instance`).
+_WALKED: dict[type, str] = {
+    t: f"repr_{t.__name__}"
+    for t in (tuple, list, set, frozenset, dict, str, int, array.array, collections.deque)
+}
 
 _LIMITED: dict[type, str] = {
     str: "maxstring",
