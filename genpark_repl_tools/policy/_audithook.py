@@ -11,7 +11,10 @@ One `sys.addaudithook` hook for the whole process, installed on first use and ne
 a restricted execution run (the cell and everything nested in it, and code that libraries generate
 for it after the hook verified it). Nothing a frame says about itself (`__name__` in its globals, a
 class's `__module__`, a code object's name) is trusted; the import machinery and the stdlib helpers
-the hook relies on are recognised by the identity of their code objects too.
+the hook relies on are recognised by the identity of their code objects too. Which code objects
+those are is learned when the hook is installed, by importing a module and evaluating an annotation
+(never from a table of versions), and a self-test then shows the hook refuses and allows what it
+should on this interpreter: if it does not, restricted policies refuse to start.
 
 The hook's state (registered code, active executions, approved compilations) lives only in the
 closure of the hook function, which no module attribute references. The runtime talks to it through
@@ -27,23 +30,24 @@ import _thread
 import ast
 import collections
 import contextvars
-import dis
 import functools
 import inspect
 import itertools
 import os
+import shutil
 import site
 import sys
 import sysconfig
+import tempfile
 import threading
 import unicodedata
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._context import session_workspace
-from ._errors import PolicyViolation
+from ._errors import PolicyViolation, UnsupportedInterpreter
 
 __all__ = [
     "ACTIVATE",
@@ -53,6 +57,7 @@ __all__ = [
     "deactivate",
     "install",
     "plain_path",
+    "self_test",
     "write_stamp",
 ]
 
@@ -64,6 +69,8 @@ MARK = "__repl_sandbox__"
 ACTIVATE = "genpark_repl.sandbox.activate"
 _PROBE = "genpark_repl.sandbox.installed"
 _ADOPT = "genpark_repl.sandbox.adopt"
+_WATCH = "genpark_repl.sandbox.watch"
+_VERDICT = "genpark_repl.sandbox.verdict"
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | getattr(os, "O_EXCL", 0)
 
@@ -96,6 +103,9 @@ class SandboxState:
 _install_lock = threading.Lock()
 # How many executions' rules a shared code object remembers having been run under (see ran_by).
 _RAN_KEPT = 8
+# How many compilations of checked source the hook remembers (see approvals): a library runs what it
+# compiled soon after, typing when it evaluates an annotation made earlier.
+_APPROVALS_KEPT = 512
 
 # workspace -> a stamp taken when the hook last let restricted code write there (open for writing,
 # create, rename, remove, change a file's metadata: every allowed write goes through check_path). A
@@ -120,16 +130,51 @@ def forget_writes(workspace: str) -> None:
     _write_stamps.pop(workspace, None)
 
 
-def install() -> None:
-    """Add the process-wide hook once (idempotent, thread-safe).
+TESTED = "3.10-3.15"
+# Why the hook could not even be built on this interpreter (then there is no hook to ask).
+_unlearned: list[str] = []
 
-    Whether it is installed is asked of the hook itself: no module flag decides it.
+
+def install(extra_probes: Iterable[Probe] = ()) -> None:
+    """Add the process-wide hook once (idempotent, thread-safe) and run its self-test once.
+
+    Whether it is installed, and the self-test's verdict, are asked of the hook itself: no module
+    flag decides them (the verdict is set once, by host code). Raises UnsupportedInterpreter, every
+    time it is called, if the self-test failed. `extra_probes` are run with the self-test's own
+    (when it runs): a way to show what a failure does.
     """
     with _install_lock:
-        answers: list[bool] = []
+        if _unlearned:
+            raise UnsupportedInterpreter(_unlearned[0])
+        answers: list[str | None] = []
         sys.audit(_PROBE, answers)
         if not answers:
-            sys.addaudithook(_build_hook())
+            try:
+                facts = _learn()
+            except _Unlearned as exc:
+                _unlearned.append(_refusal_text([str(exc)]))
+                raise UnsupportedInterpreter(_unlearned[0]) from None
+            sys.addaudithook(_build_hook(facts))
+            answers.append(None)
+        verdict = answers[0]
+        if verdict is None:
+            failures = self_test(extra_probes)
+            sys.audit(_VERDICT, _refusal_text(failures) if failures else "")
+            answers.clear()
+            sys.audit(_PROBE, answers)
+            verdict = answers[0] if answers and answers[0] is not None else "the self-test left no verdict"
+        if verdict:
+            raise UnsupportedInterpreter(verdict)
+
+
+def _refusal_text(failures: list[str]) -> str:
+    version = ".".join(map(str, sys.version_info[:3]))
+    return (
+        f"the restricted policies cannot run on this Python ({sys.implementation.name} {version}): "
+        f"the audit hook's start-up self-test failed: {'; '.join(failures)}. They are tested on "
+        f"CPython {TESTED}. Use policy='trusted' on the subprocess boundary (in a container or VM "
+        "for untrusted code), or a tested Python."
+    )
 
 
 def rules_spec(
@@ -578,14 +623,6 @@ def _looks_private(text: str) -> bool:
     return text.isidentifier() and text.startswith("__") and text.endswith("__")
 
 
-# Opcodes a generated code object may not contain at all, and those naming globals or attributes.
-_NEVER = frozenset(
-    {"IMPORT_NAME", "IMPORT_FROM", "IMPORT_STAR", "STORE_GLOBAL", "DELETE_GLOBAL", "DELETE_NAME"}
-)
-_GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
-_ATTRIBUTE_OPS = frozenset({"LOAD_ATTR", "STORE_ATTR", "DELETE_ATTR", "LOAD_METHOD"})
-
-
 def _codes(code: CodeType) -> Iterator[CodeType]:
     stack = [code]
     while stack:
@@ -594,29 +631,24 @@ def _codes(code: CodeType) -> Iterator[CodeType]:
         stack.extend(c for c in current.co_consts if isinstance(c, CodeType))
 
 
-def _code_refusal(code: CodeType, rules: _Rules) -> tuple[str | None, frozenset[str]]:
-    """(why the code object may not run, the global names it loads beyond the generators' own)."""
-    free_globals: set[str] = set()
-    for current in _codes(code):
-        for name in (*current.co_varnames, *current.co_cellvars, *current.co_freevars):
-            if not name.isidentifier():
-                return f"its variable {name!r} is not an identifier", frozenset()
-        for instruction in dis.get_instructions(current):
-            op = instruction.opname
-            argument = instruction.argval
-            if op in _NEVER:
-                return f"it uses {op}", frozenset()
-            if op == "STORE_NAME" and argument != _FACTORY:
-                return "it assigns a global name", frozenset()
-            if op in _GLOBAL_LOADS and argument not in _GLOBALS:
-                free_globals.add(str(argument))
-            elif op in _ATTRIBUTE_OPS and isinstance(argument, str):
-                if argument in _READ_DUNDERS or argument in _OBJECT_SETTERS or argument == _POST_INIT:
-                    continue
-                refusal = rules.name_refusal(argument)
-                if refusal is not None:
-                    return f"it uses {refusal}", frozenset()
-    return None, frozenset(free_globals)
+def _approval(tree: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+    """(every name the checked source uses, those it reads as globals beyond the generators' own).
+    The code compiled from it can use no other names."""
+    names: set[str] = set()
+    bound: set[str] = set()
+    loaded: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return frozenset(names), frozenset(loaded - bound - _GLOBALS)
 
 
 # ---- the hook -----------------------------------------------------------------------------------------
@@ -628,12 +660,91 @@ _TYPE_NAME = type.__dict__["__name__"]  # a class's name without asking its meta
 _key: Callable[[object], int] = object.__hash__
 
 
-def _importlib_codes() -> tuple[frozenset[int], CodeType]:
-    """Code objects of the import machinery (held alive by their modules) and of _find_and_load."""
+# ---- what the hook learns about the interpreter, by doing it --------------------------------------
+
+
+class _Facts(NamedTuple):
+    import_entry: CodeType  # the import machinery's outermost frame (the one the importer calls)
+    machinery: frozenset[int]  # keys of every code object of the import machinery's modules
+    evaluator: CodeType  # the code that evaluates a string annotation's compiled code
+    evaluator_globals: str  # its local variable holding the namespace the annotation is read in
+
+
+class _Unlearned(Exception):
+    """A fact the hook needs could not be learned on this interpreter."""
+
+
+_LEARNING_MODULE = """\
+import sys
+chain = []
+frame = sys._getframe()
+while frame is not None:
+    chain.append((frame.f_code, frame.f_globals))
+    frame = frame.f_back
+del frame
+"""
+
+
+class _ProbeFinder:
+    """Finds one module, by name, in one file: imports for the self-test that change no search path."""
+
+    def __init__(self, name: str, path: str) -> None:
+        self.name, self.path = name, path
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self.name:
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_file_location(name, self.path)
+
+
+def _import_probe(name: str, path: str) -> Any:
+    finder = _ProbeFinder(name, path)
+    sys.meta_path.insert(0, finder)
+    try:
+        return __import__(name)  # the interpreter calls the machinery, as for an import statement
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop(name, None)
+
+
+_probe_names = itertools.count()
+
+
+def _probe_module(directory: str, source: str) -> tuple[str, str]:
+    name = f"_genpark_hook_probe_{os.getpid()}_{next(_probe_names)}"
+    path = os.path.join(directory, name + ".py")
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(source)
+    return name, path
+
+
+def _learn() -> _Facts:
+    directory = tempfile.mkdtemp(prefix="genpark-hook-")
+    try:
+        entry, machinery = _learn_imports(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    evaluator, name = _learn_evaluator()
+    return _Facts(entry, machinery, evaluator, name)
+
+
+def _learn_imports(directory: str) -> tuple[CodeType, frozenset[int]]:
+    """The import machinery is whatever runs between an importer and the module's code."""
+    try:
+        module = _import_probe(*_probe_module(directory, _LEARNING_MODULE))
+        chain: list[tuple[CodeType, dict[str, Any]]] = module.chain
+    except Exception as exc:
+        raise _Unlearned(f"importing a module failed ({type(exc).__name__}: {exc})") from None
+    importer = _import_probe.__code__
+    at = next((i for i, (code, _) in enumerate(chain) if code is importer), 0)
+    if at < 2:
+        raise _Unlearned("the import machinery's frames were not found below an imported module")
+    modules = {_key(namespace): namespace for _, namespace in chain[1:at]}
     import zipimport
 
-    bootstrap = sys.modules["importlib._bootstrap"]
-    external = sys.modules["importlib._bootstrap_external"]
+    modules[_key(vars(zipimport))] = vars(zipimport)
     found: set[int] = set()
 
     def add(value: Any) -> None:
@@ -642,13 +753,50 @@ def _importlib_codes() -> tuple[frozenset[int], CodeType]:
             if isinstance(code, CodeType):
                 found.update(_key(c) for c in _codes(code))
 
-    for module in (bootstrap, external, zipimport):
-        for value in vars(module).values():
+    for namespace in modules.values():
+        for value in list(namespace.values()):
             add(value)
             if isinstance(value, type):
                 for member in vars(value).values():
                     add(member)
-    return frozenset(found), bootstrap._find_and_load.__code__
+    entry = chain[at - 1][0]
+    if any(_key(code) not in found for code, _ in chain[1:at]):
+        raise _Unlearned("the import machinery runs code that its modules do not hold")
+    return entry, frozenset(found)
+
+
+def _learn_evaluator() -> tuple[CodeType, str]:
+    """The frame that runs a string annotation's code, and its variable holding the annotation's
+    globals: found by evaluating one that reads a property."""
+    import typing
+
+    seen: list[FrameType] = []
+
+    class Probe:
+        @property
+        def kind(self) -> type:
+            seen.append(sys._getframe(1).f_back)  # type: ignore[arg-type]  # the annotation's caller
+            return int
+
+    namespace: dict[str, Any] = {"probe": Probe()}
+
+    def annotated() -> None:
+        return None
+
+    annotated.__annotations__ = {"return": "probe.kind"}
+    try:
+        typing.get_type_hints(annotated, globalns=namespace, localns={})
+    except Exception as exc:
+        raise _Unlearned(f"evaluating a string annotation failed ({type(exc).__name__})") from None
+    if not seen or seen[0] is None:
+        raise _Unlearned("the code that evaluates string annotations was not found")
+    frame = seen.pop()
+    names = sorted(k for k, v in frame.f_locals.items() if v is namespace)
+    code = frame.f_code
+    del frame
+    if not names:
+        raise _Unlearned("the code that evaluates string annotations holds no namespace the hook can check")
+    return code, names[0]
 
 
 _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
@@ -723,7 +871,7 @@ def _make_realpath() -> Callable[[str], str]:
     return realpath
 
 
-def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
+def _build_hook(facts: _Facts) -> Callable[[str, tuple[Any, ...]], None]:
     """The hook function. Everything it decides by is a local of this call, reachable only from it.
 
     Its functions are created with a private copy of the builtins, and the path checks use only
@@ -734,12 +882,12 @@ def _build_hook() -> Callable[[str, tuple[Any, ...]], None]:
     shared_builtins = module_globals["__builtins__"]
     module_globals["__builtins__"] = dict(vars(sys.modules["builtins"]))
     try:
-        return _define_hook()
+        return _define_hook(facts)
     finally:
         module_globals["__builtins__"] = shared_builtins
 
 
-def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
+def _define_hook(facts: _Facts) -> Callable[[str, tuple[Any, ...]], None]:
     # Nested functions take their builtins from the module globals at the moment they are created:
     # _build_hook() has put a private copy there.
     roots = _data_roots()
@@ -753,7 +901,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     # The helpers below live in this module's globals, which code holding the real builtins could
     # rebind: the hook keeps its own references. (Their insides only verify generated code, which
     # such code would not need.)
-    parse, tree_refusal, code_refusal = _parse, _tree_refusal, _code_refusal
+    parse, tree_refusal, approval_of = _parse, _tree_refusal, _approval
     code_type = CodeType
 
     def codes_of(code: CodeType) -> list[CodeType]:
@@ -767,6 +915,18 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             index += 1
         return found
 
+    def code_names(code: CodeType) -> tuple[str | None, frozenset[str]]:
+        """(why the code object may not run, the names it uses: globals, attributes and imports
+        alike). co_names is where every version's compiler keeps them, whatever its opcodes are
+        called; which of them are globals is read from the checked source instead (`_approval`)."""
+        names: set[str] = set()
+        for current in codes_of(code):
+            for name in (*current.co_varnames, *current.co_cellvars, *current.co_freevars):
+                if not name.isidentifier():
+                    return f"its variable {name!r} is not an identifier", frozenset()
+            names.update(current.co_names)
+        return None, frozenset(names)
+
     def inside(path: str, root: str) -> bool:
         return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -774,9 +934,9 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         return bytes.decode(raw, encoding, "surrogateescape")
 
     path_types = _path_types()
-    importlib_codes, find_and_load = _importlib_codes()
+    importlib_codes, find_and_load = facts.machinery, facts.import_entry
     parse_code = ast.parse.__code__
-    evaluate = _forward_ref_evaluate()
+    evaluate, evaluate_globals = facts.evaluator, facts.evaluator_globals
     real_builtins = (sys.modules["builtins"], vars(sys.modules["builtins"]))
 
     # (rules, the frame that activated them): no sandboxed code was above that frame when it did.
@@ -802,6 +962,13 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     ever = [False]  # rebinding a list item: set once, never reset
     sweep_at = [1024]
     strictest: dict[str, _Rules] = {}
+    # Source text the hook let a library compile for restricted code (generated methods, string
+    # annotations): (rules, filename, the names it uses, those it reads as globals), newest last.
+    # A code object no execution registered runs only if one of these could have compiled to it.
+    approvals: collections.deque[tuple[_Rules, str, frozenset[str], frozenset[str]]]
+    approvals = collections.deque(maxlen=_APPROVALS_KEPT)
+    watching: list[set[str] | None] = [None]  # the self-test's record of events no handler judges
+    verdict: list[str | None] = [None]  # the self-test's: "" passed, else why not (set once)
 
     # ---- frames --------------------------------------------------------------------------------------
 
@@ -1069,6 +1236,20 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         refusal = "it is not valid Python text" if tree is None else tree_refusal(tree, rules)
         if refusal is not None:
             raise rules.refuse(_EXEC_REFUSED, f"{refusal}; write the code directly")
+        filename = args[1] if len(args) > 1 else None
+        if type(filename) is str and tree is not None:
+            with lock:
+                approvals.append((rules, filename, *approval_of(tree)))
+
+    def approved_globals(code: CodeType, names: frozenset[str], rules: _Rules) -> frozenset[str] | None:
+        """The globals `code` reads, per the checked source it was compiled from (None: no such source)."""
+        filename = code.co_filename
+        with lock:
+            candidates = list(approvals)
+        for approved_rules, approved_file, approved_names, approved_globals in reversed(candidates):
+            if approved_rules is rules and approved_file == filename and names <= approved_names:
+                return names & approved_globals
+        return None
 
     def on_exec(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
         code = args[0] if args else None
@@ -1094,18 +1275,22 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
             if not pseudo and workspace is not None and inside(origin, workspace):
                 raise rules.refuse(f"importing modules from the workspace ('{origin}')")
             return  # module code the import machinery (or a library at import time) runs
-        refusal, free_globals = code_refusal(code, rules)
-        if refusal is None and free_globals:
-            refusal = annotation_refusal(frame, free_globals, rules)
+        refusal, names = code_names(code)
+        if refusal is None:
+            free_globals = approved_globals(code, names, rules)
+            if free_globals is None:
+                refusal = "it was not compiled from text the policy checked"
+            elif free_globals:
+                refusal = annotation_refusal(frame, free_globals, rules)
         if refusal is not None:
             raise rules.refuse(_EXEC_REFUSED, f"{refusal}; write the code directly")
         register(code, rules)  # generated for the session: its frames are the session's
 
     def annotation_refusal(frame: FrameType, names: frozenset[str], rules: _Rules) -> str | None:
         """Global names are only for typing's evaluation of string annotations, in the session's globals."""
-        if evaluate is None or frame.f_code is not evaluate:
+        if frame.f_code is not evaluate:
             return f"it reads the global names {sorted(names)}"
-        namespace = frame.f_locals.get("globalns")
+        namespace = frame.f_locals.get(evaluate_globals)
         table = dict.get(namespace, "__builtins__") if type(namespace) is dict else None
         if table is None or any(table is b for b in real_builtins):
             return (
@@ -1371,7 +1556,19 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
 
     def probe(args: tuple[Any, ...], frame: FrameType) -> None:
         if len(args) == 1 and type(args[0]) is list:
-            list.append(args[0], True)  # "a hook is installed"
+            list.append(args[0], verdict[0])  # "a hook is installed", and its self-test's verdict
+
+    def set_verdict(args: tuple[Any, ...], frame: FrameType) -> None:
+        if not host_direct(frame):
+            raise PolicyViolation("setting the self-test's verdict from sandboxed code is not allowed")
+        if verdict[0] is None and len(args) == 1 and type(args[0]) is str:
+            verdict[0] = args[0]
+
+    def watch(args: tuple[Any, ...], frame: FrameType) -> None:
+        if not host_direct(frame):
+            raise PolicyViolation("watching audit events from sandboxed code is not allowed")
+        if len(args) == 1 and (args[0] is None or type(args[0]) is set):
+            watching[0] = args[0]
 
     def on_adopt(args: tuple[Any, ...], frame: FrameType) -> None:
         if not host_direct(frame):
@@ -1383,6 +1580,9 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     handlers[ACTIVATE] = on_activate
     handlers[_PROBE] = probe
     handlers[_ADOPT] = on_adopt
+    handlers[_WATCH] = watch
+    handlers[_VERDICT] = set_verdict
+    own_requests = (on_activate, on_adopt, probe, watch, set_verdict)  # the runtime's requests
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         # Arguments may come from sys.audit() with objects of any class: the hook looks only at exact
@@ -1395,6 +1595,9 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
         else:
             found = lookup(event)
             if found is None:
+                seen = watching[0]
+                if seen is not None:
+                    set.add(seen, event)
                 return
             handler = found
             if handler is on_getframe:
@@ -1403,7 +1606,7 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
                 # module's dict, and of those only the hook asks for frames.
                 if args and type(args[0]) is FrameType and args[0].f_globals is own_globals:
                     return
-            elif handler is on_activate or handler is on_adopt or handler is probe:
+            elif handler in own_requests:
                 handler(args, getframe(0).f_back)
                 return
         record = active.get()
@@ -1461,9 +1664,151 @@ def _define_hook() -> Callable[[str, tuple[Any, ...]], None]:
     return hook
 
 
-def _forward_ref_evaluate() -> CodeType | None:
+# ---- the self-test -----------------------------------------------------------------------------------
+
+
+class Probe(NamedTuple):
+    """Code run as a restricted execution's own, and whether the hook must refuse it (None: either,
+    where the interpreter may not report the operation at all)."""
+
+    what: str
+    source: str
+    refused: bool | None
+
+
+# What the hook needs the interpreter to report, each with its allowed neighbour. The namespace gives
+# `inside` (a missing file in the workspace), `outside` (an existing file beyond it), `module` (the
+# name of a module that, while imported, reads its file and changes a process setting), `host_code`
+# and `host_function` (the hook's own: code and annotations of the host), `started` (the native ids
+# of threads started).
+PROBES = (
+    Probe("writing a file outside the workspace", "open(outside, 'a')", True),
+    Probe(
+        "opening a file in the workspace",
+        "try:\n    open(inside)\nexcept FileNotFoundError:\n    pass",
+        False,
+    ),
+    Probe("compiling text that is not generated code", "compile('import os', '<probe>', 'exec')", True),
+    Probe("running a code object no checked text compiled to", "exec(host_code, {})", True),
+    Probe("making a code object", "host_code.replace()", True),
+    Probe("reading an interpreter frame", "sys._getframe()", True),
+    Probe("changing a process setting", "os.chdir(os.getcwd())", True),
+    Probe("importing a module that changes a process setting", "__import__(module)", False),
+    Probe(
+        "defining a dataclass",
+        "@dataclasses.dataclass(order=True)\nclass P:\n    x: int\n    y: int = 0\n"
+        "assert P(1) < P(2) and repr(P(1)) == 'P(x=1, y=0)'",
+        False,
+    ),
+    Probe("making a namedtuple", "assert collections.namedtuple('N', 'a b')(1, 2).b == 2", False),
+    Probe(
+        "evaluating a string annotation",
+        "def f(a: 'int') -> 'list[int]':\n    pass\nassert typing.get_type_hints(f)['a'] is int",
+        False,
+    ),
+    Probe("evaluating a host module's string annotations", "typing.get_type_hints(host_function)", True),
+    Probe(
+        "starting a thread",
+        "thread = threading.Thread(target=lambda: started.append(threading.get_native_id()))\n"
+        "thread.start()\nthread.join()",
+        None,
+    ),
+)
+_IMPORTED_MODULE = "import os\nos.chdir(os.getcwd())\n"
+
+
+def _host_function(path: os.PathLike[str]) -> os.PathLike[str]:
+    return path
+
+
+def _host_code() -> object:
+    return os.environ
+
+
+def self_test(extra_probes: Iterable[Probe] = ()) -> list[str]:
+    """Run PROBES (and `extra_probes`) under a restricted policy's rules: what went other than
+    expected, one line each (empty: the hook works on this interpreter). The hook must be installed."""
+    import builtins
+    import collections as collections_module
+    import dataclasses
     import typing
 
-    method = getattr(typing.ForwardRef, "_evaluate", None)
-    code = getattr(method, "__code__", None)
-    return code if isinstance(code, CodeType) else None
+    failures: list[str] = []
+    started: list[int] = []
+    directory = os.path.realpath(tempfile.mkdtemp(prefix="genpark-hook-"))
+    try:
+        outside = os.path.join(directory, "outside.txt")
+        with open(outside, "w", encoding="utf-8"):
+            pass
+        workspace = os.path.join(directory, "workspace")
+        name, path = _probe_module(directory, _IMPORTED_MODULE)
+        namespace = {
+            "__name__": "__genpark_hook_self_test__",
+            "__builtins__": dict(vars(builtins)),  # a session's own, as the runtime gives it
+            "os": os,
+            "sys": sys,
+            "threading": threading,
+            "collections": collections_module,
+            "dataclasses": dataclasses,
+            "typing": typing,
+            "inside": os.path.join(workspace, "missing.txt"),
+            "outside": outside,
+            "module": name,
+            "host_code": _host_code.__code__,
+            "host_function": _host_function,
+            "started": started,
+        }
+        spec = rules_spec("self-test", True, workspace, (), ())
+        unjudged: set[str] = set()
+        finder = _ProbeFinder(name, path)
+        sys.meta_path.insert(0, finder)
+        sys.audit(_WATCH, unjudged)
+        try:
+            for probe in (*PROBES, *extra_probes):
+                failure = _run_probe(probe, spec, namespace)
+                if failure is not None:
+                    failures.append(failure)
+        finally:
+            sys.audit(_WATCH, None)
+            sys.meta_path.remove(finder)
+            sys.modules.pop(name, None)
+        # A thread started without an event the hook judges: a name it does not know.
+        unknown = sorted(event for event in unjudged if "thread" in event.lower())
+        if unknown:
+            failures.append(f"the interpreter reports events the hook does not judge: {', '.join(unknown)}")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+        _until_gone(started)
+    return failures
+
+
+def _until_gone(threads: list[int]) -> None:
+    """Wait until threads the self-test started have left the process, not only joined: a zygote
+    counts its threads before it forks (a second of waiting at most)."""
+    import time
+
+    for _ in range(1000):
+        if not any(os.path.exists(f"/proc/self/task/{tid}") for tid in threads):
+            return
+        time.sleep(0.001)
+
+
+def _run_probe(probe: Probe, spec: tuple[Any, ...], namespace: dict[str, Any]) -> str | None:
+    try:
+        code = compile(probe.source, "<hook self-test>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return f"{probe.what}: the probe does not compile ({exc})"
+    outcome: BaseException | None = None
+    tokens = activate(spec)
+    try:
+        exec(code, dict(namespace))
+    except Exception as exc:
+        outcome = exc
+    finally:
+        deactivate(tokens)
+    refused = isinstance(outcome, PolicyViolation)
+    if (probe.refused is None or refused is probe.refused) and (refused or outcome is None):
+        return None
+    expected = {True: "refused", False: "allowed", None: "refused or allowed"}[probe.refused]
+    got = "allowed" if outcome is None else f"{type(outcome).__name__}: {outcome}"
+    return f"{probe.what}: expected {expected}, got {got}"

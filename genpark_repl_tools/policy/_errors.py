@@ -1,8 +1,9 @@
-"""The exception executed code sees when a runtime guard refuses something."""
+"""The exception executed code sees when a runtime guard refuses something, and the one a restricted
+policy raises when it cannot run on this interpreter."""
 
 from __future__ import annotations
 
-__all__ = ["PolicyViolation"]
+__all__ = ["PolicyViolation", "UnsupportedInterpreter"]
 
 
 class PolicyViolation(PermissionError):
@@ -17,3 +18,11 @@ class PolicyViolation(PermissionError):
 # Tracebacks and results name the class the way the model reads it ("PolicyViolation: ..."), not by
 # its private module path; like the built-in exceptions it is raised inside executed code.
 PolicyViolation.__module__ = "builtins"
+
+
+class UnsupportedInterpreter(RuntimeError):
+    """A restricted policy cannot start: the audit hook's self-test failed on this Python.
+
+    Raised when a restricted runtime is made, every time (the verdict is per process); the policy
+    "trusted" needs no hook and is not affected.
+    """

@@ -169,7 +169,7 @@ def _closure_value(fn: Any, name: str, seen: set[int] | None = None) -> Any:
 
 def test_the_packages_frames_are_dropped_when_the_run_activates() -> None:
     """Held past the run they would keep the run's objects (a session's, the cell's) alive."""
-    hook = _audithook._build_hook()  # a hook of the test's own, called directly
+    hook = _audithook._build_hook(_audithook._learn())  # a hook of the test's own, called directly
     clean = _closure_value(hook, "clean")
     runtime = runtime_for(Policy.strict())
     runtime.exit(runtime.enter())
