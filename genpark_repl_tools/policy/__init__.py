@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._errors import PolicyViolation
+from ._errors import PolicyViolation, UnsupportedInterpreter
 from ._model import AttributeRules, ModuleRule, Policy
 from ._runtime import PolicyRuntime, runtime_for, session_workspace
 
@@ -12,6 +12,7 @@ __all__ = [
     "Policy",
     "PolicyRuntime",
     "PolicyViolation",
+    "UnsupportedInterpreter",
     "runtime_for",
     "session_workspace",
 ]

@@ -34,6 +34,7 @@ import functools
 import inspect
 import itertools
 import os
+import platform
 import shutil
 import site
 import sys
@@ -170,10 +171,10 @@ def install(extra_probes: Iterable[Probe] = ()) -> None:
 def _refusal_text(failures: list[str]) -> str:
     version = ".".join(map(str, sys.version_info[:3]))
     return (
-        f"the restricted policies cannot run on this Python ({sys.implementation.name} {version}): "
-        f"the audit hook's start-up self-test failed: {'; '.join(failures)}. They are tested on "
-        f"CPython {TESTED}. Use policy='trusted' on the subprocess boundary (in a container or VM "
-        "for untrusted code), or a tested Python."
+        f"the restricted policies cannot run on this Python ({platform.python_implementation()} "
+        f"{version}): the audit hook's start-up self-test failed: {'; '.join(failures)}. They are "
+        f'tested on CPython {TESTED}. Use policy="trusted" with boundary="subprocess" (in a '
+        "container or VM for untrusted code), or a tested Python."
     )
 
 
