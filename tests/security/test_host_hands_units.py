@@ -137,13 +137,23 @@ class Empty:
     pass
 
 
-NEIGHBOURS = [Point, Pair, Colour, Documented, Documented(1).method, plain, annotated, Empty]
+NEIGHBOURS = [Point, Pair, Documented, Documented(1).method, plain, annotated, Empty]
 BUILTINS = [len, math.sqrt, print, [].append, dict.fromkeys]
 
 
 @pytest.mark.parametrize("obj", NEIGHBOURS + BUILTINS, ids=lambda o: getattr(o, "__name__", "method"))
 def test_legitimate_neighbours_keep_the_signature_inspect_gives(obj: Any) -> None:
-    assert signature_text(obj, LIMIT) == str(inspect.signature(obj))
+    try:
+        expected = str(inspect.signature(obj))
+    except ValueError:  # a builtin without a text signature on this Python (print on 3.10)
+        expected = "(...)"
+    assert signature_text(obj, LIMIT) == expected
+
+
+def test_an_enum_shows_what_calling_its_metaclass_takes() -> None:
+    # Not compared with inspect: 3.13 reads Enum's own __signature__, which a session's class could
+    # define too; the metaclass's __call__ is read from its code object on every Python.
+    assert signature_text(Colour, LIMIT).startswith("(value, names=")
 
 
 def test_what_has_no_code_object_reads_as_unknown_arguments() -> None:
