@@ -1182,7 +1182,10 @@ def _define_hook(facts: _Facts) -> Callable[[str, tuple[Any, ...]], None]:
         if not files:
             raise rules.refuse(f"{what} '{shown}'", "this policy has no file access")
         instead = f"files are allowed only inside the workspace '{rules.workspace}'"
-        if not given.startswith("/") and workspace is not None:
+        # A relative path is this thread's directory's: in a cell the workspace where a thread can
+        # have a directory of its own (policy/_paths.py), then it just left the workspace ('../x');
+        # else the host's, and the message names the path to use.
+        if not given.startswith("/") and workspace is not None and realpath(".") != workspace:
             suggestion = os.path.join(workspace, given)
             instead += "; relative paths given to libraries resolve against the host's directory"
             instead += f", use '{suggestion}'"

@@ -123,13 +123,19 @@ class RestrictedRuntime:
         # The activation request, raised here (not through _audithook.activate): the hook anchors the
         # execution at this function's caller and walks one frame fewer. The hook was installed
         # when this runtime was made, so it always answers.
+        # Before the hook is active (it refuses changing directory): relative paths mean the workspace.
+        directory = _paths.enter_directory(workspace)
         hook_token: list[contextvars.Token[Any]] = []
-        sys.audit(_audithook.ACTIVATE, spec, hook_token)
-        if not hook_token:
-            raise RuntimeError("the sandbox audit hook did not answer")
+        try:
+            sys.audit(_audithook.ACTIVATE, spec, hook_token)
+            if not hook_token:
+                raise RuntimeError("the sandbox audit hook did not answer")
+        except BaseException:
+            _paths.exit_directory(directory)
+            raise
         execution = Execution()
         paths_token = _paths.enter(self.policy.name, workspace)
-        token = (hook_token, current_execution.set(execution), execution, paths_token)
+        token = (hook_token, current_execution.set(execution), execution, paths_token, directory)
         if session_builtins is not None:
             guards = session_builtins.get(SESSION)
             if type(guards) is SessionGuards:
@@ -141,9 +147,10 @@ class RestrictedRuntime:
         return token
 
     def exit(self, token: Any) -> None:
-        hook_token, execution_token, execution, paths_token = token
+        hook_token, execution_token, execution, paths_token, directory = token
         _paths.exit(paths_token)
         _audithook.deactivate(hook_token)
+        _paths.exit_directory(directory)  # first after the hook: host code on this thread, host paths
         current_execution.reset(execution_token)
         execution.restore()
 

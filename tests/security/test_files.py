@@ -110,16 +110,6 @@ def test_links_and_moves_across_the_boundary_are_refused(
     assert os.listdir(outside) == []
 
 
-def test_relative_paths_given_to_libraries_get_a_usable_suggestion(
-    standard: ReplEngine, workspace: Path
-) -> None:
-    message = refusal(run(standard, "import pathlib\npathlib.Path('notes.txt').write_text('x')"))
-    assert message.endswith(
-        "; relative paths given to libraries resolve against the host's directory, "
-        f"use '{os.path.join(os.path.realpath(workspace), 'notes.txt')}'"
-    )
-
-
 def test_files_inside_the_workspace_work(standard: ReplEngine, workspace: Path) -> None:
     (workspace / "given.csv").write_text("a,b\n1,2\n")
     session = "files-inside"

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from _security import ok, refusal, run
 
-from genpark_repl_tools import Policy, ReplEngine
+from genpark_repl_tools import ExecutionResult, Policy, ReplEngine
 from genpark_repl_tools.policy import PolicyViolation, _paths
 from genpark_repl_tools.policy._paths import SessionPath
 
@@ -26,7 +27,7 @@ OUTSIDE = {
     "owner": "pathlib.Path('/etc/passwd').owner()",
     "group": "pathlib.Path('/etc/passwd').group()",
     "readlink": "str(pathlib.Path('/proc/self/exe').readlink())",
-    "resolve": "str(pathlib.Path('/proc/self/cwd').resolve())",
+    "resolve": "str(pathlib.Path('/proc/self/root').resolve())",
     "samefile": "pathlib.Path('/etc/passwd').samefile('/etc/passwd')",
     "relative escape": "pathlib.Path('../../etc/passwd').stat().st_size",
 }
@@ -100,7 +101,14 @@ def test_metadata_inside_the_workspace_still_works_in_a_session(tmp_path: pathli
 
 def test_refusals_do_not_say_where_links_lead() -> None:
     pytest.importorskip("pandas")
+    found: list[ExecutionResult] = []
     with ReplEngine(policy="standard") as engine:
-        message = refusal(run(engine, "import pandas as pd\npd.read_csv('/proc/self/cwd/data.csv')"))
+        # On a thread of its own, the cell's directory is that thread's: /proc/self/cwd (the main
+        # thread's) is the host's directory.
+        code = "import pandas as pd\npd.read_csv('/proc/self/cwd/data.csv')"
+        thread = threading.Thread(target=lambda: found.append(run(engine, code)))
+        thread.start()
+        thread.join(timeout=60)
+    message = refusal(found[0])
     assert message.startswith("opening '/proc/self/cwd/data.csv' is not allowed under policy 'standard'")
     assert os.getcwd() not in message
