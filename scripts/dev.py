@@ -4,11 +4,15 @@
     python3 scripts/dev.py demo     # run examples/quickstart.py
     python3 scripts/dev.py test     # run every test (creates .venv and installs what tests need)
     python3 scripts/dev.py lint     # ruff + mypy
-    python3 scripts/dev.py test-matrix [3.10 ...] [core|full] [pytest args]   # every Python we claim
+    python3 scripts/dev.py test-matrix [3.10 ...] [core|full] [--except 3.X] [pytest args]  # every Python
+    python3 scripts/dev.py smoke [3.10 ...]  # a plain pip install of the checkout, checked per Python
     python3 scripts/dev.py bench [--quick]   # benchmarks against bare exec and peers
 
 Each task creates `.venv` on first use and reinstalls only when a requirements file changed;
 test-matrix does the same with one `.venv-py3XX` (core) or `.venv-py3XX-full` per Python version.
+3.10-3.13 come from pyenv (or PATH, or `pyenv install`); 3.14 and 3.15 from a Debian sid root built on first
+use in /var/tmp (scripts/pyroot.py, needs root), whose venvs are made and run inside it. test-matrix with
+no arguments: the full suite on 3.10 and 3.15, the core suite on the others. A missing Python fails.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import time
 import venv
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import pyroot  # scripts/pyroot.py: the Debian root that provides the CPythons pyenv lacks
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
@@ -50,14 +56,21 @@ def _ensure_venv(profile: str) -> None:
     _ensure_env(VENV, PY, PROFILES[profile], profile)
 
 
-def _ensure_env(venv_dir: Path, python: Path, args: list[str], profile: str, base: str | None = None) -> None:
-    """Create `venv_dir` with `base` (default: this interpreter) and install `args` unless already done."""
-    if not python.exists():
+def _ensure_env(
+    venv_dir: Path, python: Path, args: list[str], profile: str, base: str | None = None, rooted: bool = False
+) -> None:
+    """Create `venv_dir` with `base` (default: this interpreter) and install `args` unless already done.
+
+    rooted: `base` is an interpreter of the Debian root; the venv is made and filled inside it.
+    """
+    inside = pyroot.command if rooted else _host
+    # lexists: the python of a venv made in the root links to the root's interpreter, absent on the host.
+    if not os.path.lexists(python):
         print(f"creating {venv_dir.relative_to(ROOT)} ...", flush=True)
         if base is None:
             venv.EnvBuilder(with_pip=True).create(venv_dir)
         else:
-            subprocess.run([base, "-m", "venv", str(venv_dir)], check=True)
+            subprocess.run(inside([base, "-m", "venv", str(venv_dir)]), check=True)
     digest = hashlib.sha256(" ".join(args).encode())
     for i, arg in enumerate(args):
         if i and args[i - 1] == "-r":
@@ -76,11 +89,15 @@ def _ensure_env(venv_dir: Path, python: Path, args: list[str], profile: str, bas
         flush=True,
     )
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
+        inside([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args]),
         cwd=ROOT,
         check=True,
     )
     stamp.write_text(digest.hexdigest())
+
+
+def _host(cmd: list[str]) -> list[str]:
+    return cmd
 
 
 def _ensure_redis_server() -> None:
@@ -150,12 +167,13 @@ def _bench(rest: list[str]) -> int:
 
 
 # ---- test-matrix: the suite on every Python the package claims -------------------------------------
-# requires-python's floor up to the newest CPython we support. The newest runs everything (3.11 does in the
-# README's test command); the others run the core suite in a venv without any framework (the core must not
-# need one). One full run here keeps .ci/run near 25 minutes on two shared cores (3.12: full ~10 min,
-# core ~4.5 min); a second one (3.10) would bring it to ~30.
-MATRIX = ("3.10", "3.11", "3.12")
-FULL_ON = ("3.12",)
+# requires-python's floor up to the current CPython. pyenv provides 3.10-3.13; 3.14 and 3.15 come from a
+# Debian sid root (scripts/pyroot.py) and run inside it. The oldest and the newest run everything; the others
+# run the core suite (tests/security and tests/policy included) in a venv without any framework (the core
+# must not need one). Timings on two shared cores: a full run 9-10 minutes, a core run about half that.
+MATRIX = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
+FULL_ON = ("3.10", "3.15")
+ROOTED = ("3.14", "3.15")  # not in pyenv here: sid's python3 is 3.14, and it packages python3.15
 CORE_ARGS = ["-e", ".[sandbox]", "-r", "requirements/core.txt"]
 # The core suite: everything under tests/ that needs no framework. The MCP tests need the mcp extra and
 # the LangChain example needs LangChain; the full runs cover both.
@@ -208,7 +226,22 @@ def _pyenv_pythons(version: str) -> list[Path]:
 
 
 def _find_python(version: str) -> Path:
-    """An interpreter for `version`: pyenv's versions, then PATH, then `pyenv install`; never skipped."""
+    """An interpreter for `version`: pyenv's versions, then PATH, then `pyenv install`; never skipped.
+
+    For ROOTED versions: the Debian root's interpreter (a path inside the root), built on first use.
+    """
+    if version in ROOTED:
+        pyroot.ensure()
+        python = Path(f"/usr/bin/python{version}")
+        found = subprocess.run(
+            pyroot.command([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]),
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        if found != version:
+            raise SystemExit(f"test-matrix: the root {pyroot.ROOT} has no Python {version} ({python})")
+        return python
     candidates = _pyenv_pythons(version)
     on_path = shutil.which(f"python{version}")
     if on_path:
@@ -247,27 +280,36 @@ def _junit_counts(path: Path) -> dict[str, int]:
 def _matrix_run(version: str, full: bool, rest: list[str]) -> tuple[str, int, dict[str, int]]:
     started = time.monotonic()
     base = _find_python(version)
+    rooted = version in ROOTED
+    inside = pyroot.command if rooted else _host
     tag = f"py{version.replace('.', '')}"
     venv_dir = ROOT / f".venv-{tag}{'-full' if full else ''}"
     python = venv_dir / ("Scripts" if os.name == "nt" else "bin") / "python"
-    _ensure_env(
-        venv_dir, python, PROFILES["test"] if full else CORE_ARGS, "full" if full else "core", str(base)
-    )
+    profile = PROFILES["test"] if full else CORE_ARGS
+    _ensure_env(venv_dir, python, profile, "full" if full else "core", str(base), rooted)
+    if full and not rooted:
+        _ensure_redis_server()  # the root has its own
     label = f"{version} {'full' if full else 'core'}"
     if not full:
         # The core suite must run without any framework: prove that none is installed in its venv.
         probe = "import importlib.util as u, sys; print(*[m for m in sys.argv[1:] if u.find_spec(m)])"
         present = subprocess.run(
-            [str(python), "-c", probe, *FRAMEWORKS], capture_output=True, text=True, check=True
+            inside([str(python), "-c", probe, *FRAMEWORKS]), capture_output=True, text=True, check=True
         ).stdout.split()
         if present:
             raise SystemExit(f"test-matrix: the {label} venv has frameworks installed: {', '.join(present)}")
-    with tempfile.TemporaryDirectory() as tmp:
+    # The report goes inside the checkout, which a rooted run sees at the same path.
+    with tempfile.TemporaryDirectory(dir=venv_dir, prefix="junit-") as tmp:
         report = Path(tmp) / "junit.xml"
-        paths = [] if full else CORE_PYTEST
-        print(f"==> Python {label}: {python.relative_to(ROOT)} -m pytest {' '.join(paths)}", flush=True)
+        # Paths named on the command line replace `tests`; the core suite's exclusions still apply.
+        named = any(not arg.startswith("-") and (ROOT / arg.split("::")[0]).exists() for arg in rest)
+        paths = ([] if full else CORE_PYTEST[1:]) if named else ([] if full else CORE_PYTEST)
+        where = f" (in {pyroot.ROOT})" if rooted else ""
+        print(
+            f"==> Python {label}{where}: {python.relative_to(ROOT)} -m pytest {' '.join(paths)}", flush=True
+        )
         cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
-        code = _run([*cmd, *paths, *rest])
+        code = subprocess.call(inside([*cmd, *paths, *rest]), cwd=ROOT)
         counts = _junit_counts(report)
     if code == 0 and counts["tests"] == 0:
         code = 5  # no tests ran: never a pass
@@ -276,6 +318,9 @@ def _matrix_run(version: str, full: bool, rest: list[str]) -> tuple[str, int, di
 
 
 def _test_matrix(rest: list[str]) -> int:
+    # --except 3.X: a version another step already covers (.ci/run: the README's test command).
+    excepted = [rest[i + 1] for i, arg in enumerate(rest[:-1]) if arg == "--except"]
+    rest = [arg for i, arg in enumerate(rest) if arg != "--except" and (i == 0 or rest[i - 1] != "--except")]
     versions = [arg for arg in rest if re.fullmatch(r"3\.\d+", arg)]
     kinds = [arg for arg in rest if arg in ("core", "full")]
     rest = [arg for arg in rest if arg not in versions and arg not in kinds]
@@ -283,10 +328,10 @@ def _test_matrix(rest: list[str]) -> int:
         raise SystemExit(
             f"test-matrix: requires-python says {_claimed_floor()}+ but MATRIX starts at {MATRIX[0]}"
         )
-    unknown = sorted(set(versions) - set(MATRIX))
+    unknown = sorted(set(versions + excepted) - set(MATRIX))
     if unknown:
         raise SystemExit(f"test-matrix: {', '.join(unknown)} not in the matrix ({', '.join(MATRIX)})")
-    chosen = versions or list(MATRIX)
+    chosen = [v for v in versions or MATRIX if v not in excepted]
     runs: list[tuple[str, bool]] = []
     if "core" in kinds or not kinds:
         # A full run includes the core suite: by default the core-only run (no framework installed)
@@ -311,6 +356,66 @@ def _test_matrix(rest: list[str]) -> int:
     return 0 if all(code == 0 for _, code, _ in rows) else 1
 
 
+# ---- smoke: a plain install of the checkout, in a fresh venv, on each version -----------------------
+# What the README shows, checked on what `pip install` puts in site-packages (scripts/smoke_check.py).
+# pandas and matplotlib: two of its checks use the data stack. pip's cache keeps the downloaded wheels.
+SMOKE_PACKAGES = ["pandas", "matplotlib"]
+RELEASE_FILES = ("pyproject.toml", "README.md", "LICENSE", "genpark_repl_tools")
+
+
+def _smoke_run(version: str) -> tuple[str, int, int]:
+    started = time.monotonic()
+    base = _find_python(version)
+    rooted = version in ROOTED
+    inside = pyroot.command if rooted else _host
+    # A rooted run's files go in the root's /tmp, where its interpreter sees them.
+    with tempfile.TemporaryDirectory(
+        prefix="genpark-smoke-", dir=pyroot.ROOT / "tmp" if rooted else None
+    ) as tmp:
+        seen = f"/tmp/{Path(tmp).name}" if rooted else tmp
+        # A copy of what a release holds: building in the checkout would ship whatever a stale build/ has.
+        for name in RELEASE_FILES:
+            source = ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, Path(tmp, "src", name), ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                Path(tmp, "src").mkdir(exist_ok=True)
+                shutil.copyfile(source, Path(tmp, "src", name))
+        python = f"{seen}/venv/bin/python"
+        print(f"==> smoke check on Python {version}: a fresh venv, pip install of the checkout", flush=True)
+        steps = [
+            [str(base), "-m", "venv", f"{seen}/venv"],
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                f"{seen}/src",
+                *SMOKE_PACKAGES,
+            ],
+            [python, str(ROOT / "scripts/smoke_check.py")],
+        ]
+        code = 0
+        for step in steps:
+            code = subprocess.call(inside(step, seen) if rooted else step, cwd=tmp)
+            if code:
+                break
+    return version, code, round(time.monotonic() - started)
+
+
+def _smoke(rest: list[str]) -> int:
+    unknown = sorted(set(rest) - set(MATRIX))
+    if unknown:
+        raise SystemExit(f"smoke: {', '.join(unknown)} not in the matrix ({', '.join(MATRIX)})")
+    rows = [_smoke_run(version) for version in rest or MATRIX]
+    print("\nsmoke:")
+    for version, code, seconds in rows:
+        print(f"  Python {version:<5} {seconds:>5} s  {'ok' if code == 0 else f'FAILED (exit {code})'}")
+    return 0 if all(code == 0 for _, code, _ in rows) else 1
+
+
 def main(argv: list[str]) -> int:
     task = argv[0] if argv else "help"
     rest = argv[1:]
@@ -330,6 +435,8 @@ def main(argv: list[str]) -> int:
         return _bench(rest)
     if task == "test-matrix":
         return _test_matrix(rest)
+    if task == "smoke":
+        return _smoke(rest)
     print(__doc__)
     return 0 if task in ("help", "-h", "--help") else 2
 

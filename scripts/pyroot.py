@@ -185,8 +185,8 @@ def _apt(args: list[str]) -> None:
         raise SystemExit(f"pyroot: apt-get {' '.join(args)} failed inside {ROOT} (exit {code})")
 
 
-def run(cmd: list[str], cwd: str | Path | None = None, env: dict[str, str] | None = None) -> int:
-    """Run `cmd` inside the root, in `cwd` (default: the checkout); return its exit status.
+def command(cmd: list[str], cwd: str | Path | None = None) -> list[str]:
+    """The host command that runs `cmd` inside the root, in `cwd` (default: the checkout).
 
     The root must exist (ensure() builds it). The mounts are made in a private mount namespace and the
     command is the child of tini, PID 1 of a PID namespace of its own: when it ends, everything it left
@@ -195,8 +195,9 @@ def run(cmd: list[str], cwd: str | Path | None = None, env: dict[str, str] | Non
     if not (ROOT / "usr/bin").exists():
         raise SystemExit(f"pyroot: no root at {ROOT} (python3 scripts/pyroot.py ensure)")
     checkout = str(CHECKOUT)
-    (ROOT / checkout.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    full_env = {**ENV, **{k: os.environ[k] for k in PASS_ENV if k in os.environ}, **(env or {})}
+    for mount_point in (checkout.lstrip("/"), "dev/pts", "dev/shm"):
+        (ROOT / mount_point).mkdir(parents=True, exist_ok=True)
+    env = {**ENV, **{k: os.environ[k] for k in PASS_ENV if k in os.environ}}
     root = shlex.quote(str(ROOT))
     setup = " && ".join(
         [
@@ -208,25 +209,16 @@ def run(cmd: list[str], cwd: str | Path | None = None, env: dict[str, str] | Non
         ]
     )
     init = ["/usr/bin/tini", "-s", "-g", "--"] if (ROOT / "usr/bin/tini").exists() else []
-    inner = ["env", "-i", *(f"{k}={v}" for k, v in full_env.items())]
+    inner = ["env", "-i", *(f"{k}={v}" for k, v in env.items())]
     inner += ["sh", "-c", 'cd "$0" && exec "$@"', str(cwd or checkout), *cmd]
     script = f"{setup} && exec chroot {root} {shlex.join(init + inner)}"
-    (ROOT / "dev/pts").mkdir(parents=True, exist_ok=True)
-    (ROOT / "dev/shm").mkdir(parents=True, exist_ok=True)
-    return subprocess.call(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "sh",
-            "-c",
-            script,
-        ]
-    )
+    namespaces = ["--mount", "--propagation", "private", "--pid", "--fork", "--kill-child"]
+    return ["unshare", *namespaces, "sh", "-c", script]
+
+
+def run(cmd: list[str], cwd: str | Path | None = None) -> int:
+    """Run `cmd` inside the root (see command()); return its exit status."""
+    return subprocess.call(command(cmd, cwd))
 
 
 def main(argv: list[str]) -> int:
