@@ -1,5 +1,5 @@
 # Shortcuts; the README's commands (python3 scripts/dev.py ...) work without make.
-.PHONY: demo test lint test-matrix ci bench bench-quick
+.PHONY: demo test lint test-matrix smoke ci bench bench-quick
 demo:
 	python3 scripts/dev.py demo
 test:
@@ -8,6 +8,8 @@ lint:
 	python3 scripts/dev.py lint
 test-matrix:
 	python3 scripts/dev.py test-matrix
+smoke:
+	python3 scripts/dev.py smoke
 ci:
 	.ci/run
 bench:
