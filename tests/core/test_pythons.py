@@ -1,0 +1,97 @@
+"""The Pythons the package claims are the ones CI runs; the root that provides two is deleted safely."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+PYROOT = str(SCRIPTS / "pyroot.py")
+
+
+@pytest.fixture(name="dev", scope="module")
+def dev_fixture() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import dev
+
+        yield dev
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def test_requires_python_has_a_floor_and_no_cap(dev: ModuleType) -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == f">={dev.MATRIX[0]}"
+
+
+def test_classifiers_name_exactly_the_matrix(dev: ModuleType) -> None:
+    classifiers = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["classifiers"]
+    named = [
+        m.group(1)
+        for c in classifiers
+        if (m := re.fullmatch(r"Programming Language :: Python :: (3\.\d+)", c))
+    ]
+    assert named == list(dev.MATRIX)
+
+
+def test_matrix_is_consecutive_and_runs_everything_on_its_ends(dev: ModuleType) -> None:
+    minors = [int(v.split(".")[1]) for v in dev.MATRIX]
+    assert minors == list(range(minors[0], minors[-1] + 1))
+    assert set(dev.FULL_ON) == {dev.MATRIX[0], dev.MATRIX[-1]}
+    assert set(dev.ROOTED) <= set(dev.MATRIX)
+
+
+# ---- the Debian root: never deleted through a mount -----------------------------------------------
+ROOTED = os.geteuid() == 0 and shutil.which("unshare") is not None
+needs_root = pytest.mark.skipif(not ROOTED, reason="needs root and unshare (a private mount namespace)")
+
+# In a private mount namespace (gone when the process ends): mount a tmpfs under the fake root, try to
+# delete the root, and report whether the file on the tmpfs survived.
+REMOVE_WITH_A_MOUNT = """
+mount -t tmpfs tmpfs "$GENPARK_PYROOT/inside" && echo precious > "$GENPARK_PYROOT/inside/file" &&
+{ python3 "$1" remove; echo "remove exit $?"; } ; cat "$GENPARK_PYROOT/inside/file"
+"""
+
+
+@needs_root
+def test_remove_refuses_a_root_with_a_mount_under_it(tmp_path: Path) -> None:
+    root = tmp_path / "pyroot"
+    (root / "inside").mkdir(parents=True)
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", REMOVE_WITH_A_MOUNT, "sh", PYROOT],
+        env={**os.environ, "GENPARK_PYROOT": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "remove exit 1" in done.stdout, done
+    assert f"refusing to delete {root}: mounted under it: {root}/inside" in done.stderr
+    assert done.stdout.rstrip().endswith("precious")
+    assert (root / "inside").is_dir()
+
+
+@needs_root
+def test_remove_deletes_a_root_with_nothing_mounted(tmp_path: Path) -> None:
+    root = tmp_path / "pyroot"
+    (root / "inside").mkdir(parents=True)
+    (root / "inside/file").write_text("stale")
+    subprocess.run(
+        [sys.executable, PYROOT, "remove"],
+        env={**os.environ, "GENPARK_PYROOT": str(root)},
+        check=True,
+        timeout=60,
+    )
+    assert not root.exists()
