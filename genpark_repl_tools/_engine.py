@@ -24,7 +24,6 @@ from ._models import (
     FileInfo,
     SessionRestore,
     VariableInfo,
-    set_field,
 )
 from ._observer import EventSink, Observer
 from ._stream import POLL_S, WORKERS, Channel, StreamEvent, final_events
@@ -326,7 +325,7 @@ class ReplEngine:
         if path is not None:
             # FileChanges it made (none, without a look at the directory, if the boundary can tell)
             stamp = self._boundary.workspace_writes(request.session)
-            set_field(result, "files", self._files.changes(request.session, path, stamp))
+            result.files = self._files.changes(request.session, path, stamp)
 
     def interrupt(self, session: str = "default") -> bool:
         """Stop the code running in `session` now; returns whether anything was running.

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,7 +12,6 @@ from ._text import finding_text
 Status = Literal["ok", "error", "blocked", "timeout", "cancelled", "crashed"]
 
 __all__ = [
-    "UNSET",
     "Attachment",
     "AuditFinding",
     "AuditReport",
@@ -29,9 +27,6 @@ __all__ = [
     "Usage",
     "VariableChanges",
     "VariableInfo",
-    "assemble",
-    "builder",
-    "set_field",
 ]
 
 
@@ -117,7 +112,7 @@ class ErrorInfo(_Model):
 
 
 class Usage(_Model):
-    """What one run used (observability, issue 19). A figure a boundary cannot measure is None."""
+    """What one run used, for observability. A figure a boundary cannot measure is None."""
 
     wall_ms: float = Field(
         0.0, description="Wall time of the call as the engine saw it: waiting, worker start, transport."
@@ -268,209 +263,3 @@ class ExecutionResult(_Model):
         from ._observation import render_observation
 
         return render_observation(self, max_chars=max_chars)
-
-
-# ---- results the engine builds itself -------------------------------------------------------------
-
-M = TypeVar("M", bound=BaseModel)
-_new = object.__new__
-_set_dict = object.__setattr__
-# BaseModel's own slots, set through their descriptors (what `model_construct` sets, by the fastest path).
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
-
-
-class _Unset:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET: Any = _Unset()
-"""An optional argument of a `builder` function that was not given (the field keeps its default)."""
-
-
-class _Plan:
-    """How `assemble` fills in what the values leave out, computed once per model class.
-
-    `build(values)` is generated for the class (run per result, so every step counts): a fresh
-    `[]`/`{}` literal for list and dict defaults (calling `list` costs a lookup and a call), nested
-    models made empty by their own generated `empty()` (no values to check or merge), the required
-    names checked by `in`, the pydantic slots set directly. `fixed()` generates a builder that
-    takes its fields as arguments (see `builder`).
-    """
-
-    __slots__ = ("build", "cls", "empty", "fields", "made", "name", "required", "scope")
-
-    def __init__(self, cls: type[BaseModel]) -> None:
-        if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
-            raise TypeError(f"{cls.__name__} has private or extra attributes: validate it instead")
-        self.cls = cls
-        self.name = cls.__name__
-        # Every field in declaration order with its default (immutable: None, "", 0, False).
-        template: dict[str, Any] = {}
-        self.scope: dict[str, Any] = {
-            "_template": template,
-            "_cls": cls,
-            "_new": _new,
-            "_set_dict": _set_dict,
-            "_set_fields_set": _set_fields_set,
-            "_set_extra": _set_extra,
-            "_set_private": _set_private,
-            "_missing": self._missing,
-            "_unset": UNSET,
-        }
-        scope = self.scope
-        self.fields = tuple(cls.model_fields)
-        # field -> the expression that makes its default in generated code, for the fields whose
-        # default is made per instance
-        self.made: dict[str, str] = {}
-        fills: list[tuple[str, str]] = []
-        for i, (name, field) in enumerate(cls.model_fields.items()):
-            factory = field.default_factory
-            template[name] = None if factory is not None else field.default
-            if factory is None:
-                continue
-            if factory is list or factory is dict:
-                made = "[]" if factory is list else "{}"
-            elif isinstance(factory, type) and issubclass(factory, BaseModel):
-                # Assembled too: calling the class would validate.
-                nested = _plan(factory)
-                if nested.empty is not None:
-                    scope[f"_empty{i}"] = nested.empty
-                    made = f"_empty{i}()"
-                else:  # a model with required fields: its build says which are missing
-                    scope[f"_build{i}"] = nested.build
-                    made = f"_build{i}({{}})"
-            else:
-                scope[f"_factory{i}"] = factory
-                made = f"_factory{i}()"  # a new one per instance
-            fills.append((name, made))
-            self.made[name] = made
-        self.required = frozenset(name for name, field in cls.model_fields.items() if field.is_required())
-        check = " and ".join(f"{name!r} in values" for name in sorted(self.required)) or "True"
-        missing = "".join(f"    if {n!r} not in values:\n        data[{n!r}] = {made}\n" for n, made in fills)
-        source = (
-            "def build(values):\n"
-            f"    if not ({check}):\n"
-            "        _missing(values)\n"
-            "    data = _template.copy()\n"
-            f"{missing}"
-            "    fields_set = set(values)\n"
-            "    data.update(values)\n"
-            f"{_FINISH}"
-        )
-        if not self.required:  # a model that can be empty: nested defaults are made this way
-            defaults = "".join(f"    data[{name!r}] = {made}\n" for name, made in fills)
-            source += (
-                f"def empty():\n    data = _template.copy()\n{defaults}    fields_set = set()\n{_FINISH}"
-            )
-        exec(compile(source, f"<assemble {cls.__name__}>", "exec"), scope)
-        self.build: Any = scope["build"]
-        self.empty: Any = scope.get("empty")
-
-    def fixed(self, given: tuple[str, ...], optional: tuple[str, ...]) -> Any:
-        """Generate the builder `builder(cls, *given, optional=...)` describes.
-
-        It copies the template and stores the fields into it: a dict display of every field would
-        cost twice as much (for ExecutionResult's 25, 12.5k instructions against 6.4k).
-        """
-        unknown = [n for n in (*given, *optional) if n not in self.fields]
-        if unknown or len({*given, *optional}) != len(given) + len(optional):
-            raise TypeError(f"{self.name} has no fields {unknown} (or a field is named twice)")
-        if not self.required <= set(given):
-            raise TypeError(f"{self.name} needs {sorted(self.required - set(given))} among the given fields")
-        params = ", ".join((*given, *(["*"] if optional else []), *(f"{n}=_unset" for n in optional)))
-        given_set = f"{{{', '.join(repr(n) for n in given)}}}" if given else "set()"
-        lines = [f"def build({params}):", "    data = _template.copy()", f"    fields_set = {given_set}"]
-        lines += [f"    data[{n!r}] = {n}" for n in given]
-        for n in optional:
-            lines += [
-                f"    if {n} is not _unset:",
-                f"        data[{n!r}] = {n}",
-                f"        fields_set.add({n!r})",
-            ]
-            if n in self.made:
-                lines += ["    else:", f"        data[{n!r}] = {self.made[n]}"]
-        named = {*given, *optional}
-        lines += [f"    data[{n!r}] = {made}" for n, made in self.made.items() if n not in named]
-        source = "\n".join(lines) + "\n" + _FINISH
-        scope = dict(self.scope)
-        exec(compile(source, f"<builder {self.name}>", "exec"), scope)
-        return scope["build"]
-
-    def _missing(self, values: dict[str, Any]) -> None:
-        raise TypeError(f"{self.name} needs {sorted(self.required - values.keys())}")
-
-
-# The end of every generated builder: the instance from `data` and `fields_set`.
-_FINISH = (
-    "    obj = _new(_cls)\n"
-    "    _set_dict(obj, '__dict__', data)\n"
-    "    _set_fields_set(obj, fields_set)\n"
-    "    _set_extra(obj, None)\n"
-    "    _set_private(obj, None)\n"
-    "    return obj\n"
-)
-
-_plans: dict[type[BaseModel], _Plan] = {}
-# cls -> its plan's `build`: what `assemble` calls (one lookup, no attribute of the plan).
-_builders: dict[type[BaseModel], Any] = {}
-
-
-def _plan(cls: type[BaseModel]) -> _Plan:
-    plan = _plans.get(cls)
-    if plan is None:
-        plan = _plans[cls] = _Plan(cls)
-        _builders[cls] = plan.build
-    return plan
-
-
-def assemble(cls: type[M], values: dict[str, Any]) -> M:
-    """An instance of `cls` from values the engine made itself, without validating them again.
-
-    What `model_construct` does, about as fast as it can be done in Python (pydantic's own
-    `model_construct` looks up each missing field's default on every call and is slower than
-    validating; validating is twice the cost of this). Only for values whose types are already the
-    model's: exact `str`s that went through `_text.clean`, exact `int`/`float`/`bool`, models, lists
-    of these. Text from user code must be cleaned where it is made (the runner does);
-    tests/core/test_assemble.py checks that re-validating what the runner builds changes nothing.
-    `values` becomes the instance's `__dict__`'s source and must not be used afterwards.
-    """
-    build = _builders.get(cls)
-    if build is None:
-        build = _plan(cls).build
-    result: M = build(values)
-    return result
-
-
-def builder(cls: type[M], *given: str, optional: tuple[str, ...] = ()) -> Callable[..., M]:
-    """`assemble` for a hot path that sets the same fields every time: a generated function that
-    takes the `given` fields positionally (in that order) and any of `optional` by keyword (`UNSET`,
-    the default, leaves one out), without a dict of values to check, copy and merge.
-
-    The same rules as `assemble` for the values; the result is what `assemble` makes from a dict of
-    the fields given. Make builders at import: generating one compiles code, which the sandbox of a
-    subprocess worker refuses.
-    """
-    build: Callable[..., M] = _plan(cls).fixed(given, optional)
-    return build
-
-
-def set_field(obj: BaseModel, name: str, value: Any) -> None:
-    """`obj.name = value` for a value of the field's exact type that the engine made itself.
-
-    What pydantic's `__setattr__` does for these models (no assignment validation), without its
-    checks: the instance's dict and its set of fields set. `name` must be a field of `obj`.
-    """
-    obj.__dict__[name] = value
-    obj.__pydantic_fields_set__.add(name)
-
-
-# Planned now, at import: a plan compiles its builder, and the first result may be assembled inside
-# a sandbox (the subprocess worker's guarded region), where the audit hook refuses compiling.
-for _cls in (ExecutionResult, VariableChanges, VariableInfo, Usage):
-    _plan(_cls)
-del _cls

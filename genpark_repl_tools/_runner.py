@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import difflib
 import os
-import sys
 import time
 import traceback as _traceback
 from collections.abc import Callable
@@ -19,29 +18,11 @@ from typing import Any
 
 from ._capture import BoundedText, Capture, OutputCapture, TextSink, exit_execution
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell, compile_cell
-from ._introspect import (
-    SCALAR_TYPES,
-    SHORT_INT_BITS,
-    bounded_repr,
-    describe_fields,
-    type_name,
-    value_repr,
-    variable_name,
-)
+from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
-from ._models import (
-    UNSET,
-    Attachment,
-    ErrorInfo,
-    ExecutionResult,
-    Usage,
-    VariableChanges,
-    VariableInfo,
-    assemble,
-    builder,
-)
+from ._models import Attachment, ErrorInfo, ExecutionResult, Usage, VariableChanges, VariableInfo
 from ._rich import FigureRun
-from ._session import Session
+from ._session import Session, call_armed
 from ._text import clean
 from ._watchdog import ExecutionCancelled, ExecutionTimeout, watchdog
 from .policy._runtime import PolicyRuntime
@@ -55,7 +36,7 @@ _LATE_STOP_NOTE_S = 0.5
 OUT_OF_MEMORY = "out of memory"
 
 _perf_counter = time.perf_counter
-_thread_time_ns = time.thread_time_ns  # usage (issue 19): CPU of the thread that runs the cell
+_thread_time_ns = time.thread_time_ns  # the run's CPU time: that of the thread that runs the cell
 _monotonic = time.monotonic
 
 
@@ -88,12 +69,9 @@ def run_cell(
     if not isinstance(cell, str) and (cell.syntax_error is not None or cell.findings):
         return _refused(session, cell, runtime, boundary, restarted, started, cpu_started)
 
-    if capture_factory is Capture:  # the default capture's two buffers, without its own object
-        out: TextSink = BoundedText(limits.max_output_chars)
-        err: TextSink = BoundedText(limits.max_output_chars)
-    else:
-        capture = capture_factory(limits.max_output_chars)
-        out, err = capture.stdout, capture.stderr
+    capture = capture_factory(limits.max_output_chars)
+    out: TextSink = capture.stdout
+    err: TextSink = capture.stderr
     # The execution's context: its figures, and (standing in for a capture) its output routing.
     figures = FigureRun(session.figures, limits, out, err)
     routed = None
@@ -121,10 +99,7 @@ def run_cell(
             before: dict[str, Any] = dict(ns)
         else:
             watched = cell.names | session.global_names if session.global_names else cell.names
-            before = {}
-            get = ns.get
-            for name in watched:  # a loop, not a comprehension: no function call on 3.10-3.11
-                before[name] = get(name, _MISSING)
+            before = {name: ns.get(name, _MISSING) for name in watched}
         # Once a session imported a module that can change process-wide state, check that state
         # after each of its runs (functions defined earlier may do it later); other sessions pay nothing.
         if cell.touches_host:
@@ -136,30 +111,26 @@ def run_cell(
             err.write(cell.warnings)
         if not watchdog.started:
             watchdog.start()  # outside the sandbox: starting a thread is refused inside it
-        outcome: _Outcome | None = None
-        stopped: BaseException | None = None
+        outcome: _Outcome | None
+        stopped: BaseException | None
         token = runtime.enter(session.builtins)
         try:  # the runtime is left however this ends (a KeyboardInterrupt in the host's code here)
-            # `call_armed(limits.timeout_s, session, _guarded, ...)` inline (see its contract): the
-            # slot is marked done in this frame right after the guarded code returns. ExecutionTimeout
-            # is the only exception expected back: _guarded turns the cell's own into data.
-            slot = watchdog.arm(limits.timeout_s)
-            session.running = slot
-            if session.cancel_pending:
-                watchdog.cancel(slot)
-            try:
-                outcome = _guarded(cell, ns, session, limits, before, full_diff, host_builtins, figures)
-                slot.done = True
-            except BaseException as exc:
-                slot.done = True
-                stopped = exc
-            try:
-                watchdog.release(slot)
-            except ExecutionTimeout:
-                watchdog.release(slot)
-            session.running = None
-            if "matplotlib.pyplot" in sys.modules:  # FigureRun.close's own first test, without the call
-                figures.close()  # what the cell left open, also after a timeout
+            # `stopped` is the deadline's ExecutionTimeout, if anything: _guarded turns the cell's own
+            # exceptions into data.
+            outcome, stopped = call_armed(
+                limits.timeout_s,
+                session,
+                _guarded,
+                cell,
+                ns,
+                session,
+                limits,
+                before,
+                full_diff,
+                host_builtins,
+                figures,
+            )
+            figures.close()  # what the cell left open, also after a timeout
         finally:
             runtime.exit(token)
     finally:
@@ -178,22 +149,24 @@ def run_cell(
     duration = round((_perf_counter() - started) * 1e6) / 1000
     stdout, stdout_cut = _text(out)
     stderr, stderr_cut = _text(err)
-    # The result's fields, made here with the types the model declares (every string from user
-    # code cleaned where it is made) and assembled without validating them again (_models.builder).
-    attachments: list[Attachment] = UNSET
+    # Every string from user code is cleaned where it is made; the model checks the rest. Only the
+    # optional fields that say something are given.
+    optional: dict[str, Any] = {}
+    if stdout_cut:
+        optional["stdout_truncated"] = True
+    if stderr_cut:
+        optional["stderr_truncated"] = True
     notes: list[str] = []
     if figures.attachments or figures.notes:
-        attachments = [_clean_attachment(a) for a in figures.attachments]
+        optional["attachments"] = [_clean_attachment(a) for a in figures.attachments]
         notes = [clean(note) for note in figures.notes]  # figure titles and messages are the code's
-    usage = _usage(None if cpu_started is None else (_thread_time_ns() - cpu_started) // 1000 / 1000)
+    usage = Usage(cpu_ms=None if cpu_started is None else _cpu_ms(cpu_started))
     status = "ok"
-    error: ErrorInfo = UNSET
-    value = value_type = value_truncated = changes = UNSET
     if outcome is None:
         if isinstance(stopped, ExecutionTimeout):  # ExecutionCancelled is one
             cancelled = isinstance(stopped, ExecutionCancelled)
             status = "cancelled" if cancelled else "timeout"
-            error = _timeout_error(stopped, session, cell, limits, duration)
+            optional["error"] = _timeout_error(stopped, session, cell, limits, duration)
             late = duration / 1000 - limits.timeout_s
             if not cancelled and late > _LATE_STOP_NOTE_S:
                 notes.append(
@@ -203,72 +176,37 @@ def run_cell(
                 )
         else:  # a failure of the engine itself while describing the run; report it, keep the host alive
             status = "error"
-            error = ErrorInfo(
+            optional["error"] = ErrorInfo(
                 type="InternalError",
                 message=clean(f"{type(stopped).__name__} while describing the result: {stopped}"[:500]),
                 hint="The code itself ran; its variables are kept. Please report this as a bug.",
             )
     else:
-        shown, found, failure = outcome
+        shown, changes, failure = outcome
         if shown is not None:
-            value, value_truncated, value_type = shown
-        if found is not None:
-            changes = found
+            optional["value"], optional["value_truncated"], optional["value_type"] = shown
+        if changes is not None:
+            optional["changes"] = changes
         if failure is not None:
-            error = failure
+            optional["error"] = failure
             if failure.type == "SystemExit" and failure.message in ("0", "None", ""):
                 notes.append("SystemExit does not end the session; its variables are kept.")
             else:
                 status = "error"
-    return _result(
-        status,
-        session.name,
-        count,
-        runtime.name,
-        boundary,
-        restarted,
-        stdout,
-        stderr,
-        duration,
-        notes,
-        usage,
-        stdout_truncated=True if stdout_cut else UNSET,
-        stderr_truncated=True if stderr_cut else UNSET,
-        value=value,
-        value_type=value_type,
-        value_truncated=value_truncated,
-        error=error,
-        changes=changes,
-        attachments=attachments,
+    return ExecutionResult(
+        status=status,
+        session=session.name,
+        execution_count=count,
+        policy=runtime.name,
+        boundary=boundary,
+        session_restarted=restarted,
+        stdout=stdout,
+        stderr=stderr,
+        duration_ms=duration,
+        notes=notes,
+        usage=usage,
+        **optional,
     )
-
-
-# The result of a cell that ran: these fields always, the optional ones when they say something.
-_result = builder(
-    ExecutionResult,
-    "status",
-    "session",
-    "execution_count",
-    "policy",
-    "boundary",
-    "session_restarted",
-    "stdout",
-    "stderr",
-    "duration_ms",
-    "notes",
-    "usage",
-    optional=(
-        "stdout_truncated",
-        "stderr_truncated",
-        "value",
-        "value_type",
-        "value_truncated",
-        "error",
-        "changes",
-        "attachments",
-    ),
-)
-_usage = builder(Usage, "cpu_ms")
 
 
 def _text(sink: TextSink) -> tuple[str, bool]:
@@ -311,8 +249,8 @@ def _refused(
         )
         fields["findings"] = list(cell.findings)
     fields["duration_ms"] = round((_perf_counter() - started) * 1e6) / 1000
-    fields["usage"] = _usage(None) if cpu_started is None else _cpu(cpu_started)
-    return assemble(ExecutionResult, fields)
+    fields["usage"] = Usage(cpu_ms=None if cpu_started is None else _cpu_ms(cpu_started))
+    return ExecutionResult(**fields)
 
 
 # What the guarded region found: (the trailing value's repr, whether it was cut, its type name),
@@ -352,8 +290,7 @@ def _guarded(
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... are the cell's, not the host's
         error = _error_info(exc, session, cell, limits.max_output_chars)
     changes = _changes(ns, before, full_diff, limits.max_repr_chars)
-    if "matplotlib" in sys.modules:  # FigureRun.collect's own first test, without the call
-        figures.collect(value)
+    figures.collect(value)
     return shown, changes, error
 
 
@@ -401,43 +338,28 @@ def _changes(
             rebound.append(_variable(name, new, limit))
     if not (created or rebound or deleted):
         return None
-    return _variable_changes(created, rebound, deleted)
-
-
-_variable_changes = builder(VariableChanges, "created", "rebound", "deleted")
-_scalar_variable = builder(VariableInfo, "name", "type", "repr", "repr_truncated")
+    return VariableChanges(created=created, rebound=rebound, deleted=deleted)
 
 
 def _variable(name: str, value: Any, limit: int) -> VariableInfo:
-    t = type(value)
-    if type(t) is type and t in SCALAR_TYPES:  # describe_fields' first case, without its dict
-        # bounded_repr's and variable_name's common cases inline (a new cell's variables are
-        # mostly numbers with plain names): the repr as it is, the name as it is.
-        if t is not int or value.bit_length() < SHORT_INT_BITS:
-            text, truncated = repr(value), False
-        else:
-            text, truncated = bounded_repr(value, limit)
-        if type(name) is not str or len(name) > limit or not name.isascii():
-            name = variable_name(name, limit)
-        return _scalar_variable(name, t.__name__, text, truncated)
     fields = describe_fields(name, value, limit)
     # Sizes read by duck typing may be int subclasses (a bool, an IntEnum): the model holds exact
-    # ints, as validation would make them (`int.__int__` runs no method of the subclass).
+    # ints, made here by `int.__int__`, which runs no method of the subclass.
     shape = fields.get("shape")
     if shape is not None:
         fields["shape"] = [int.__int__(d) for d in shape]
     size = fields.get("size")
     if size is not None:
         fields["size"] = int.__int__(size)
-    return assemble(VariableInfo, fields)
+    return VariableInfo(**fields)
 
 
 def _defines_functions(code: CodeType) -> bool:
     return any(isinstance(c, CodeType) for c in code.co_consts)
 
 
-def _cpu(started_ns: int) -> Usage:
-    return _usage((_thread_time_ns() - started_ns) // 1000 / 1000)
+def _cpu_ms(started_ns: int) -> float:
+    return (_thread_time_ns() - started_ns) // 1000 / 1000
 
 
 # ---- errors ---------------------------------------------------------------------------------------
@@ -536,7 +458,7 @@ def _suggest(exc: BaseException, ns: dict[str, Any]) -> str | None:
 
 
 def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit: int) -> ErrorInfo:
-    from ._events import refusal_layer  # audit trail (issue 19); imported here, on the error path only
+    from ._events import refusal_layer  # imported here, on the error path only
 
     frames = _user_frames(exc.__traceback__, session, cell)
     exception_only = _exception_only(exc, session.namespace)
@@ -558,7 +480,7 @@ def _error_info(exc: BaseException, session: Session, cell: CompiledCell, limit:
     lines = ["Traceback (most recent call last):", *_format_frames(frames), exception_only]
     return ErrorInfo(
         type=type_label,
-        refused_by=refusal_layer(exc),  # audit trail (issue 19): which protection refused, if one did
+        refused_by=refusal_layer(exc),  # for the audit trail: which protection refused, if one did
         message=message,
         line=anchor.line if anchor else None,
         column=anchor.column if anchor else None,

@@ -311,7 +311,7 @@ class SubprocessBoundary(BaseBoundary):
             shutil.rmtree(self._root, ignore_errors=True)
         self._finalizer.detach()
 
-    # ---- snapshots (issue 13) -------------------------------------------------------------------
+    # ---- snapshots --------------------------------------------------------------------------------
     # The worker takes and loads snapshots itself, under its policy and inside its sandbox, with the
     # code the in-process boundary uses. It never holds the key: the host checks a blob before the
     # worker sees it and signs what the worker returns, marking it as made in a sandboxed worker.
@@ -438,8 +438,8 @@ class SubprocessBoundary(BaseBoundary):
             raise
         finally:
             state.running = None
-        if isinstance(reply, tuple) and (reply[0] == P.LEAN_RESULT or reply[0] == P.RESULT):
-            result = self._checked_result(state, *reply)
+        if isinstance(reply, tuple) and reply[0] == P.RESULT:
+            result = self._checked_result(state, reply[1])
             if result is not None:
                 state.execution_count = result.execution_count
                 _attach_output(result, out, err)
@@ -474,26 +474,19 @@ class SubprocessBoundary(BaseBoundary):
         result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, limits)
         return result
 
-    def _checked_result(self, state: _SessionState, kind: int, data: bytes) -> ExecutionResult | None:
-        """The worker's result (a LEAN_RESULT or RESULT payload) as an ExecutionResult, or None if
-        it is not a valid one.
+    def _checked_result(self, state: _SessionState, data: bytes) -> ExecutionResult | None:
+        """The worker's result (a RESULT payload) as an ExecutionResult, or None if it is not a
+        valid one.
 
         The worker runs the agent's code, so these bytes may come from a compromised worker. The
-        check is what stands between them and the host: a lean result is decoded by checks that
-        admit exactly the values its fields' types do (`_protocol.decode_lean_result`); a RESULT is
-        validated in full by pydantic, from the JSON in one pass: types, required fields, no unknown
-        fields, nested models, enum values (an unchecked construct would hand hostile shapes to
-        code that assumes the schema). Size is bounded before this by the frame limit
-        (P.MAX_FRAME), and what the result holds is the session's own data either way: a worker can
-        only ever say things about its own session. So the fields that name a session or where it
-        ran, which the host's accounting and history key on, are the host's to set, never the
-        worker's.
+        check is what stands between them and the host: pydantic validates the JSON in full, in one
+        pass: types, required fields, no unknown fields, nested models, enum values (an unchecked
+        construct would hand hostile shapes to code that assumes the schema). Size is bounded
+        before this by the frame limit (P.MAX_FRAME), and what the result holds is the session's
+        own data either way: a worker can only ever say things about its own session. So the
+        fields that name a session or where it ran, which the host's accounting and history key
+        on, are the host's to set, never the worker's.
         """
-        if kind == P.LEAN_RESULT:
-            try:
-                return P.decode_lean_result(data, state.name, self.policy.name, self.name)
-            except P.ProtocolError:
-                return None
         try:
             result = ExecutionResult.model_validate_json(data)
         except ValidationError:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..._boundary import ExecutionRequest, cancelled_before_start
 from ..._exceptions import VariableNotFound
 from ..._limits import Limits
-from ..._models import ErrorInfo, ExecutionResult, set_field
+from ..._models import ErrorInfo, ExecutionResult
 from ..._runner import OUT_OF_MEMORY, run_cell
 from ..._session import Session
 from ..._text import clean
@@ -281,7 +281,7 @@ class _Worker:
         result = cancelled_before_start(
             request, self.runtime.name, self.boundary, self.session.execution_count
         )
-        return _reply(result)
+        return P.RESULT, result.model_dump_json().encode()
 
     def _exec(self, payload: bytes) -> tuple[int, bytes]:
         code, timeout_s = P.decode_exec(payload)
@@ -300,12 +300,11 @@ class _Worker:
                     capture_factory=_capture_for_call,
                     measure_cpu=False,  # set below, for the whole worker
                 )
-            # usage (issue 19): the whole worker's CPU, and its peak memory (a process high-water mark)
+            # The run's usage: the whole worker's CPU, and its peak memory (a process high-water mark).
             own, children = _rusage()
             cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-            usage = result.usage
-            set_field(usage, "cpu_ms", round((cpu - cpu_started) * 1000, 3))
-            set_field(usage, "peak_memory_mb", _peak_memory_mb(own))
+            result.usage.cpu_ms = round((cpu - cpu_started) * 1000, 3)
+            result.usage.peak_memory_mb = _peak_memory_mb(own)
             error = result.error
             if error is not None and error.message == OUT_OF_MEMORY and limits.memory_mb:
                 # The worker's address-space cap is what ran out: say so (Python's MemoryError is silent).
@@ -313,7 +312,7 @@ class _Worker:
                     f"the worker's memory limit of {limits.memory_mb} MiB (Limits.memory_mb) was reached"
                 )
             self.replied = result  # freed once the reply is on its way, not before it is sent
-            return _reply(result)
+            return P.RESULT, result.model_dump_json().encode()
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
             fallback = ExecutionResult(
                 status="error",
@@ -328,7 +327,7 @@ class _Worker:
                     hint="The session is still alive; retry with smaller values or output.",
                 ),
             )
-            return P.RESULT, _to_json(fallback)
+            return P.RESULT, fallback.model_dump_json().encode()
 
     def _limits_for(self, timeout_s: float) -> Limits:
         limits = self._limits_by_timeout.get(timeout_s)
@@ -409,17 +408,6 @@ def _checked_snapshot_class() -> type[SessionSnapshot]:
     return Checked
 
 
-# The result as UTF-8 JSON bytes in one step (model_dump_json would build a str to encode again).
-_to_json = ExecutionResult.__pydantic_serializer__.to_json
-
-
-def _reply(result: ExecutionResult) -> tuple[int, bytes]:
-    lean = P.encode_lean_result(result)
-    if lean is not None:
-        return P.LEAN_RESULT, lean
-    return P.RESULT, _to_json(result)
-
-
 def _rusage() -> tuple[resource.struct_rusage, resource.struct_rusage]:
     return resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 
@@ -442,8 +430,8 @@ def prepare(
     """Set up the session in a sandboxed, forked worker; returns its loop, which serves requests
     until the host closes the socket.
 
-    The caller runs the loop with as few frames below it as it can (_zygote.main): when a run
-    activates the policy, the audit hook walks every frame below it, each time.
+    The worker was forked inside the zygote's own loop: the caller runs this one once it has left
+    that code (_zygote.main), so none of the zygote's handlers stay on the worker's stack.
     """
     _install_streams()
     session = Session(session_name, runtime)
