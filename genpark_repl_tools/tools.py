@@ -135,25 +135,10 @@ class ToolSpec:
         the session this way), after seeding the session with the frontend's `files` on its first use.
         `options` are the frontend's: `on_event` for run_python, `include_bytes` for download_file.
         (upload_file is called directly: it takes bytes.)"""
-        return self.bind(engine, session, arguments, files, **options)()
-
-    def bind(
-        self,
-        engine: ReplEngine,
-        session: str,
-        arguments: Mapping[str, Any],
-        files: SessionFiles | None = None,
-        **options: Any,
-    ) -> Callable[[], ToolReply]:
-        """`call` in two steps: this one checks the arguments and seeds the session's files, and returns
-        the call itself, to be made with no arguments. A frontend that makes it directly puts one frame
-        fewer above the run: under a restricted policy the audit hook checks every frame above a run
-        for sandboxed code when the run starts, about 1.5 us a frame here (docs/benchmarks.md,
-        caller depth)."""
         function = _function(self, arguments, 0)
         if files is not None:
             files.seed(engine, session)
-        return functools.partial(function, engine, session=session, **arguments, **options)
+        return function(engine, session=session, **arguments, **options)  # type: ignore[no-any-return]
 
     async def acall(
         self,
@@ -222,7 +207,7 @@ RESET_SESSION = ToolSpec(
 )
 TOOLS = (RUN_PYTHON, LIST_VARIABLES, INSPECT_VARIABLE, RESET_SESSION)
 
-# ---- files in and out of a session (issue 17) ----
+# ---- files in and out of a session ----
 LIST_FILES = ToolSpec(
     name="list_files",
     title="List files",
@@ -625,16 +610,9 @@ def run_reply(result: ExecutionResult, session: str, max_chars: int | None = Non
         session=session,
         is_error=not result.ok,
         images=[a for a in attachments if a.kind == "image"] if attachments else [],
-        # `model_dump(mode="json")` without its Python wrapper (a sixth of its cost; the same
-        # defaults); a subclass, which may serialize itself its own way, is asked itself.
-        data=_to_python(result, mode="json")
-        if type(result) is ExecutionResult
-        else result.model_dump(mode="json"),
+        data=result.model_dump(mode="json"),
         result=result,
     )
-
-
-_to_python = ExecutionResult.__pydantic_serializer__.to_python
 
 
 def _inspect_reply(engine: ReplEngine, info: VariableInfo, session: str) -> ToolReply:

@@ -29,16 +29,16 @@ def test_spec_acall_is_the_async_tool_function(engine: ReplEngine) -> None:
     assert reply.text == "OK\nOut: 42"
 
 
-def test_spec_bind_checks_and_seeds_now_and_runs_when_called(engine: ReplEngine) -> None:
-    # bind is call in two steps: a wrong argument fails at bind, and nothing runs until the call is made.
-    with pytest.raises(TypeError, match="run_python takes no argument session"):
-        tools.RUN_PYTHON.bind(engine, "s", {"code": "1", "session": "t"})
+def test_spec_call_seeds_the_files_on_the_first_call_only(engine: ReplEngine) -> None:
     files = tools.SessionFiles({"data.txt": b"abc"})
-    call = tools.RUN_PYTHON.bind(engine, "s", {"code": "n = n + 1 if 'n' in dir() else 1"}, files)
-    assert [f.name for f in engine.files("s")] == ["data.txt"]  # seeded at bind
-    assert "n" not in {v.name for v in engine.variables("s")}  # not run yet
-    assert not call().is_error and not call().is_error  # each call is one run
-    assert tools.INSPECT_VARIABLE.bind(engine, "s", {"name": "n"})().text.endswith("2")
+    code = "import pathlib\np = pathlib.Path('data.txt')\ntext = p.read_text()\np.write_text('new')\ntext"
+
+    def value(session: str) -> str:
+        return str(tools.RUN_PYTHON.call(engine, session, {"code": code}, files).data["value"])
+
+    assert value("s") == "'abc'"
+    assert value("s") == "'new'"  # what the first call wrote: the files are not seeded again
+    assert value("t") == "'abc'"  # each session gets its own copy
 
 
 def test_a_model_cannot_pick_the_session_through_the_arguments(engine: ReplEngine) -> None:

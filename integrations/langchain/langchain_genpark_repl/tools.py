@@ -85,8 +85,7 @@ class _EngineTool(BaseTool):
     # `config` is injected by LangChain (found by its annotation); the rest are the spec's arguments
     # (positional only when a plain string is invoked).
     def _run(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
-        # bind, then call here: two frames fewer above the run than `_call` calling `spec.call`.
-        return self._reply(self._call(self._spec.bind, args, config, arguments)())
+        return self._reply(self._call(self._spec.call, args, config, arguments))
 
     async def _arun(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
         return self._reply(await self._call(self._spec.acall, args, config, arguments))
@@ -94,7 +93,7 @@ class _EngineTool(BaseTool):
     def _call(
         self, call: Callable[..., Any], args: tuple[str, ...], config: RunnableConfig, arguments: Any
     ) -> Any:
-        """`call` (the spec's `bind` or `acall`) for this run's session, arguments and options."""
+        """`call` (the spec's `call` or `acall`) for this run's session, arguments and options."""
         if args:  # a plain string invoked: the spec's arguments in order
             arguments.update(zip(self._spec.arguments, args, strict=False))
         session = self.session_resolver(config) or self.default_session

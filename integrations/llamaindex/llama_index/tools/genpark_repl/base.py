@@ -56,9 +56,8 @@ def _methods(spec: ToolSpec) -> tuple[Callable[..., ToolOutput], Callable[..., A
 
     def method(self: "GenparkReplToolSpec", *args: Any, **kwargs: Any) -> ToolOutput:
         ctx, arguments = bind(self, args, kwargs)
-        # bind, then call here: a frame fewer above the run
-        call = spec.bind(self.engine, self._session_sync(ctx), arguments, self.files)
-        return _output(call(), arguments)
+        reply = spec.call(self.engine, self._session_sync(ctx), arguments, self.files)
+        return _output(reply, arguments)
 
     async def amethod(self: "GenparkReplToolSpec", *args: Any, **kwargs: Any) -> ToolOutput:
         ctx, arguments = bind(self, args, kwargs)
