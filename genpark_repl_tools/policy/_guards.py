@@ -25,7 +25,15 @@ from typing import Any
 from ._audit import format_refusal
 from ._audithook import MARK, SandboxState, plain_path
 from ._errors import PolicyViolation
-from ._imports import ModuleView, build_view, is_function_of, is_metaclass, module_of_callable, real_import
+from ._imports import (
+    ModuleView,
+    build_view,
+    is_function_of,
+    is_metaclass,
+    module_of_callable,
+    real_import,
+    special_values,
+)
 from ._model import Policy
 from ._rules import StaticRules, exact, nfkc
 from ._transform import (
@@ -337,6 +345,8 @@ class SessionGuards:
             )
         if name == "samples":
             return self._session_samples(value)
+        if name == "mro" and isinstance(obj, type):
+            return functools.partial(self._guarded_mro, obj)
         if name in _FORMAT_SINKS:
             return self._format_sink(value, name)
         if name == "lock" and isinstance(obj, functools.cached_property):
@@ -365,22 +375,16 @@ class SessionGuards:
 
     def _checked_constructor(self, cls: type) -> type:
         """A library class whose constructor keeps format strings: its str arguments are checked."""
-        classes = self._classes
-        if classes is None:
-            classes = self._classes = {}
-        made = classes.get(cls)
-        if made is None:
-            guards = self
-            real_init = _real_getattr(cls, "__init__")
+        guards = self
+        real_init = _real_getattr(cls, "__init__")
 
-            def __init__(instance: Any, *args: Any, **kwargs: Any) -> None:
-                for text in _strings(args, kwargs):
-                    guards._check_format(text)
-                real_init(instance, *args, **kwargs)
+        def __init__(instance: Any, *args: Any, **kwargs: Any) -> None:
+            for text in _strings(args, kwargs):
+                guards._check_format(text)
+            real_init(instance, *args, **kwargs)
 
-            namespace = {"__init__": __init__, "__module__": cls.__module__, "__doc__": cls.__doc__}
-            made = classes[cls] = _real_type(cls.__name__, (cls,), namespace)
-        return made
+        namespace = {"__init__": __init__, "__module__": cls.__module__, "__doc__": cls.__doc__}
+        return _guarded_class(cls, namespace)
 
     def _namedtuple(self, real: Callable[..., Any]) -> Callable[..., Any]:
         def namedtuple(typename: str, field_names: Any, **kwargs: Any) -> Any:
@@ -875,41 +879,59 @@ class SessionGuards:
             )
         if module.startswith("matplotlib") and attr in _FORMAT_SINKS:
             return self._format_sink(value, attr)
-        if module == "matplotlib.ticker" and attr == "StrMethodFormatter":
-            return _checked_str_method_formatter(self, value)
-        if module == "matplotlib.colorbar" and attr in ("Colorbar", "ColorbarBase"):
-            return self._checked_constructor(value)
+        if isinstance(value, type) and value in _guarded_classes():
+            return self.guarded_form(value)
         if module == "collections" and attr == "namedtuple":
             return self._namedtuple(value)
         if (module.startswith("matplotlib") and attr in _MATPLOTLIB_SETTINGS) or _is_rc_params(value):
             hint = _MATPLOTLIB_SETTINGS.get(attr, _RC_HINT)
             return _ReadOnlySettings(value, f"{module}.{attr}", hint)
-        if isinstance(value, type) and _has_shared_tables(value):
-            return self._session_class(value)
         if module == "pandas" and attr == "eval":
             return self._checked_pandas(value, "eval")
         return None
 
-    def _session_class(self, cls: type) -> type:
-        """A reviewed host class whose class-level tables (lists, dicts) are copies of the session's own."""
+    def _guarded_mro(self, cls: type) -> list[type]:
+        """cls.mro() with each host class that has a guarded form replaced by it (listed once)."""
+        shown: list[type] = []
+        for base in _real_type.mro(cls):
+            if base in _guarded_forms:
+                continue  # a guarded form is listed where its host class is
+            form = self.guarded_form(base)
+            if form not in shown:
+                shown.append(form)
+        return shown
+
+    def guarded_form(self, cls: type) -> type:
+        """The class the session gets for the host class `cls`, however it reaches it: a module's
+        attribute, `type(obj)` of an object a library made, `mro()`. `cls` itself if it has none."""
+        kind = _guarded_classes().get(cls)
+        if kind is None:
+            return cls
+        if kind == "special":
+            made: type = special_values()[id(cls)][1](self, cls)
+            return made
         classes = self._classes
         if classes is None:
             classes = self._classes = {}
-        made = classes.get(cls)
+        made = classes.get(cls)  # type: ignore[assignment]
         if made is None:
-            tables = {
-                name: copy.copy(value)
-                for name, value in vars(cls).items()
-                if not name.startswith("_") and _real_type(value) in (list, dict, set)
-            }
-            namespace = {
-                **tables,
-                "__module__": cls.__module__,
-                "__doc__": cls.__doc__,
-                "__qualname__": cls.__qualname__,
-            }
-            made = classes[cls] = _real_type(cls.__name__, (cls,), namespace)
+            if kind == "tables":
+                made = classes[cls] = self._session_class(cls)
+            elif kind == "format":
+                made = classes[cls] = _checked_str_method_formatter(self, cls)
+            else:
+                made = classes[cls] = self._checked_constructor(cls)
         return made
+
+    def _session_class(self, cls: type) -> type:
+        """A reviewed host class whose class-level tables (lists, dicts) are copies of the session's own."""
+        tables = {
+            name: copy.copy(value)
+            for name, value in vars(cls).items()
+            if not name.startswith("_") and _real_type(value) in (list, dict, set)
+        }
+        namespace = {**tables, "__module__": cls.__module__, "__doc__": cls.__doc__}
+        return _guarded_class(cls, namespace)
 
     def _session_calendar(self, attr: str, value: Any) -> Any:
         """calendar's module functions work on one shared TextCalendar: give the session its own."""
@@ -1030,9 +1052,8 @@ def _checked_str_method_formatter(guards: SessionGuards, real: type) -> type:
             guards._check_format(fmt)
         return real.__call__(self, x, pos)
 
-    return _real_type(
-        real.__name__, (real,), {"__call__": __call__, "__module__": real.__module__, "__doc__": real.__doc__}
-    )
+    namespace = {"__call__": __call__, "__module__": real.__module__, "__doc__": real.__doc__}
+    return _guarded_class(real, namespace)
 
 
 _NUMPY_PRINT_SETTERS = frozenset({"set_printoptions", "printoptions", "set_string_function"})
@@ -1057,12 +1078,67 @@ def _is_rc_params(value: Any) -> bool:
 _SHARED_TABLE_CLASSES = ("calendar.HTMLCalendar", "textwrap.TextWrapper")
 
 
-def _has_shared_tables(cls: type) -> bool:
+# Host classes the session gets a checked subclass of, besides those with shared tables:
+# "module.qualname" -> kind ("format": its format string is checked when applied; "constructor": the
+# str arguments of its constructor are).
+_CHECKED_CLASSES = {
+    "matplotlib.ticker.StrMethodFormatter": "format",
+    "matplotlib.colorbar.Colorbar": "constructor",
+    "matplotlib.colorbar.ColorbarBase": "constructor",
+}
+_guarded_found: dict[type, str] = {}
+_guarded_modules = [-1]
+
+
+def _guarded_classes() -> dict[type, str]:
+    """Every host class that has a guarded form -> its kind ("special", "tables", "format",
+    "constructor"), by identity. Looked up again when modules were imported since the last time."""
+    if _guarded_modules[0] == len(sys.modules):
+        return _guarded_found
+    found: dict[type, str] = {}
+    for obj, _factory in special_values().values():
+        if isinstance(obj, type):
+            found[obj] = "special"
     for dotted in _SHARED_TABLE_CLASSES:
-        module, _, name = dotted.partition(".")
-        if getattr(sys.modules.get(module), name, None) is cls:
-            return True
-    return False
+        found.update(_class_named(dotted, "tables"))
+    for dotted, kind in _CHECKED_CLASSES.items():
+        found.update(_class_named(dotted, kind))
+    _guarded_found.clear()
+    _guarded_found.update(found)
+    _guarded_modules[0] = len(sys.modules)
+    return _guarded_found
+
+
+def _class_named(dotted: str, kind: str) -> dict[type, str]:
+    module, _, name = dotted.rpartition(".")
+    cls = getattr(sys.modules.get(module), name, None)  # only once its module is imported
+    return {cls: kind} if isinstance(cls, type) else {}
+
+
+class _GuardedMeta(type):
+    """The metaclass of a host class's guarded form (a subclass of it): instances of the host class
+    (made by the library, which uses the real class) pass isinstance() checks against it."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        if cls in _guarded_forms:
+            return isinstance(obj, cls.__mro__[1])
+        return type.__instancecheck__(cls, obj)  # a session's subclass of a guarded form
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        if cls in _guarded_forms:
+            return issubclass(sub, cls.__mro__[1])
+        return type.__subclasscheck__(cls, sub)
+
+
+_guarded_forms: weakref.WeakSet[type] = weakref.WeakSet()
+
+
+def _guarded_class(real: type, namespace: dict[str, Any]) -> type:
+    namespace = {**namespace, "__qualname__": real.__qualname__}
+    meta = _GuardedMeta if _real_type(real) is type else _real_type(real)
+    made: type = meta(real.__name__, (real,), namespace)
+    _guarded_forms.add(made)
+    return made
 
 
 def _numpy_print_options_are_local() -> bool:
@@ -1402,8 +1478,13 @@ class _TypeMeta(type):
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs:
             found = _real_type(args[0])
-            if found is type or found is _TypeMeta:
+            if found is type or found is _TypeMeta or found is _GuardedMeta:
                 return cls
+            if found in _guarded_classes():
+                # An object a library made with the host class: the session gets the guarded form
+                # (its checks) whichever way it reaches the class.
+                guards = _calling_session(sys._getframe(1))
+                return found if guards is None else guards.guarded_form(found)
             if issubclass(found, type):
                 raise PolicyViolation(
                     f"type() of class '{args[0].__qualname__}' (its metaclass) is not allowed under policy "

@@ -179,6 +179,8 @@ ATTRIBUTE_RULES = AttributeRules(
         "applymap",
         # statistics.NormalDist.samples draws from the host's random generator unless seeded
         "samples",
+        # a class's mro() lists host classes the session gets a guarded form of (checked subclasses)
+        "mro",
         # matplotlib keeps these format strings and applies them later (str.format on tick values)
         "set_major_formatter",
         "set_minor_formatter",

@@ -359,3 +359,78 @@ def test_metaclasses_are_not_handed_out_by_modules(engine: ReplEngine, code: str
         f"'{name}' is not available under policy '{engine.policy.name}': it is a metaclass, which creates "
         "classes with arbitrary special attributes; subclass a class instead"
     )
+
+
+# ---- a host class's guarded form, however the session reaches the class -----------------------------
+
+PLOT = "import matplotlib.pyplot as plt\nimport matplotlib.ticker as t\nfig, ax = plt.subplots()\n"
+# The formatter matplotlib makes from a format string is an instance of the host's class.
+LIBRARY_FORMATTER = PLOT + "ax.xaxis.set_major_formatter('{x:.1f}')\nf = ax.xaxis.get_major_formatter()\n"
+LIBRARY_COLORBAR = (
+    PLOT + "image = ax.imshow([[1, 2], [3, 4]])\ncb = fig.colorbar(image)\nfig2, cax = plt.subplots()\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "field"),
+    [
+        (LIBRARY_FORMATTER + "type(f)('{x.__class__}')(1.0)", "x.__class__"),
+        (LIBRARY_COLORBAR + "type(cb)(cax, image, format='{x.__class__}')", "x.__class__"),
+        (
+            PLOT + "[c for c in t.StrMethodFormatter.mro() if c.__name__ == 'StrMethodFormatter'][-1]"
+            "('{x.__class__}')(1.0)",
+            "x.__class__",
+        ),
+        (
+            PLOT + "class Mine(t.StrMethodFormatter):\n    pass\nMine.mro()[1]('{x.__init__}')(1.0)",
+            "x.__init__",
+        ),
+    ],
+    ids=["type() of a library's object", "type() of a colorbar", "mro()", "mro() of a subclass"],
+)
+def test_every_route_to_a_checked_library_class_gets_the_checked_form(
+    engine: ReplEngine, code: str, field: str
+) -> None:
+    pytest.importorskip("matplotlib")
+    if engine.policy.name == "strict":
+        pytest.skip("matplotlib is not allowed under strict")
+    assert refusal(run(engine, code)).startswith(f"format field '{{{field}}}'")
+
+
+def test_a_class_with_shared_tables_reached_by_mro_is_the_sessions_copy(engine: ReplEngine) -> None:
+    import textwrap
+
+    code = (
+        "import textwrap\n"
+        "for c in textwrap.TextWrapper.mro():\n"
+        "    if 'unicode_whitespace_trans' in dir(c):\n"
+        "        c.unicode_whitespace_trans[65] = 'B'\n"
+        "textwrap.TextWrapper().fill('A A')"
+    )
+    assert ok(run(engine, code)).value == "'B B'"  # the session's own copy changed
+    assert 65 not in textwrap.TextWrapper.unicode_whitespace_trans
+    assert ok(run(engine, "import textwrap\ntextwrap.TextWrapper().fill('A A')")).value == "'A A'"
+
+
+def test_library_objects_and_their_guarded_classes_work_together(engine: ReplEngine) -> None:
+    pytest.importorskip("matplotlib")
+    if engine.policy.name == "strict":
+        pytest.skip("matplotlib is not allowed under strict")
+    code = LIBRARY_FORMATTER + (
+        "class Mine(t.StrMethodFormatter):\n    pass\n"
+        "(isinstance(f, t.StrMethodFormatter), type(f) is t.StrMethodFormatter, f(2.0),"
+        " type(f)('{x:g}')(3.0), isinstance(f, Mine), Mine('{x:g}')(4.0),"
+        " [c.__name__ for c in Mine.mro()][:3])"
+    )
+    value = ok(run(engine, code)).value
+    assert value == "(True, True, '2.0', '3', False, '4', ['Mine', 'StrMethodFormatter', 'Formatter'])"
+
+
+def test_type_of_a_library_path_and_a_queue_is_the_sessions_class(engine: ReplEngine) -> None:
+    code = (
+        "import queue, json\n"
+        "q = queue.Queue()\n"
+        "(type(q) is queue.Queue, type(json.JSONDecoder()) is json.JSONDecoder, type(1) is int, "
+        "[c.__name__ for c in queue.Queue.mro()][:2])"
+    )
+    assert ok(run(engine, code)).value == "(True, True, True, ['Queue', 'object'])"
