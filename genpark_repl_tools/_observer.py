@@ -87,11 +87,8 @@ class Observer:
                 finish_span(span, None, exc)
             raise
         wall_s = _perf_counter() - started
-        # set_field(result.usage, "wall_ms", ...), inline: a float made here, not validated again,
-        # rounded to the microsecond as round(ms, 3) would, without its decimal conversion.
-        usage = result.usage
-        usage.__dict__["wall_ms"] = round(wall_s * 1e6) / 1000
-        usage.__pydantic_fields_set__.add("wall_ms")
+        # Rounded to the microsecond, as round(ms, 3) would, without its decimal conversion.
+        result.usage.wall_ms = round(wall_s * 1e6) / 1000
         accounts = ledger.record(result, wall_s)
         if self._sinks and (result.error is not None or result.status == "blocked"):
             deliver(self._sinks, events_from(result, request.code, call_id))
