@@ -872,6 +872,8 @@ class SessionGuards:
                 return own
         if module == "pandas" and attr == "options":
             return _ReadOnlyOptions(value, "pandas.options")
+        if _is_masked_print_option(value):
+            return _ReadOnlyDisplay(value, f"{module}.{attr}", _MASKED_PRINT_SETTERS, _MASKED_PRINT_HINT)
         if module == "numpy" and attr in _NUMPY_PRINT_SETTERS and not _numpy_print_options_are_local():
             return _refused_builtin(
                 f"numpy.{attr}() is not available under policy '{self.rules.name}' with this numpy "
@@ -1220,6 +1222,55 @@ class _ReadOnlyOptions:
         return repr(self._real)
 
 
+def _is_masked_print_option(value: Any) -> bool:
+    core = sys.modules.get("numpy.ma.core")
+    return core is not None and value is getattr(core, "masked_print_option", None)
+
+
+_MASKED_PRINT_SETTERS = frozenset({"set_display", "enable"})
+_MASKED_PRINT_HINT = "choose how masked values show per array instead: arr.filled('--'), arr.tolist()"
+
+
+class _ReadOnlyDisplay:
+    """A process-wide display object (numpy.ma.masked_print_option) as restricted code sees it: its
+    readers work, its setters are refused (every masked array's repr, the host's included, uses it)."""
+
+    __slots__ = ("_hint", "_label", "_real", "_setters")
+
+    def __init__(self, real: Any, label: str, setters: frozenset[str], hint: str) -> None:
+        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "_label", label)
+        object.__setattr__(self, "_setters", setters)
+        object.__setattr__(self, "_hint", hint)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._setters:
+            raise PolicyViolation(
+                f"{self._label}.{name}() is not allowed: it is shared by the whole process (the host and "
+                f"other sessions); {self._hint}"
+            )
+        return getattr(self._real, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise PolicyViolation(
+            f"changing {self._label}.{name} is not allowed: it is shared by the whole process (the host and "
+            f"other sessions); {self._hint}"
+        )
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def __dir__(self) -> list[str]:
+        return [name for name in dir(self._real) if not name.startswith("_") and name not in self._setters]
+
+    def __str__(self) -> str:
+        return str(self._real)
+
+    def __repr__(self) -> str:
+        return repr(self._real)
+
+
 class _GuardedAttrGetter:
     """operator.attrgetter for names the policy routes (format, register, ...)."""
 
@@ -1274,7 +1325,7 @@ def _writes_stay_local(cls: type) -> bool:
         found = _real_getattr(cls, attr, plain)
         if found is plain or not isinstance(found, FunctionType):
             continue  # object's own, or a C type's slot (reviewed by the reachability audit)
-        if found is _ReadOnlyOptions.__setattr__:  # (also its __delattr__) refuses with the reason
+        if found is _ReadOnlyOptions.__setattr__ or found is _ReadOnlyDisplay.__setattr__:  # refuse, say why
             continue
         if not (_reviewed_setter(found) or _frozen_dataclass_setter(cls, attr, found)):
             return False

@@ -18,6 +18,9 @@ down to a bounded depth. It reports each object that would hand code more than t
 * `lock`: a lock or condition whose blocking wait the time limit cannot end;
 * `shared-container`: a mutable container a module holds (item writes would change it for the host
   and every session), handed out as is instead of as a copy or a read-only view.
+* `shared-setter`: a method of an object a module holds that sets the object's own attributes
+  (`numpy.ma.masked_print_option.set_display`: a display setting of the whole process), handed out
+  as is instead of through a per-session or read-only stand-in.
 
 Reviewed exceptions are listed by identity in `REVIEWED`, each with the reason. The walk never
 calls what it finds (beyond attribute reads, which run properties: it reads only what code could).
@@ -259,7 +262,18 @@ class Walk:
         func = _python_function(obj)
         if func is not None and not _is_guard(func):
             self._judge_function(path, func)
+            owner = obj.__self__ if isinstance(obj, types.MethodType) else None
+            if self._shared_setter(owner, func):
+                held = f" held by {holder}" if holder else ""
+                self.report("shared-setter", path, f"{func.__module__}.{func.__qualname__}{held}")
         return False
+
+    def _shared_setter(self, owner: Any, func: types.FunctionType) -> bool:
+        """A method that sets attributes of an object a module holds (not a class: writes to those are
+        checked by the guards)."""
+        if owner is None or isinstance(owner, type) or id(owner) in self.reviewed:
+            return False
+        return _stores_on_self(func.__code__) and _shared_objects.holds(owner)
 
     def _write_passes_on(self, obj: Any) -> bool:
         setter = getattr(type(obj), "__setattr__", object.__setattr__)
@@ -384,6 +398,21 @@ def _stores_globals(code: types.CodeType) -> bool:
     return hit
 
 
+def _stores_on_self(code: types.CodeType) -> bool:
+    """Whether a method's code sets an attribute of its first argument (`self.x = value`)."""
+    if code.co_argcount < 1:
+        return False
+    first = code.co_varnames[0]
+    ops = [ins for ins in dis.get_instructions(code) if ins.opname not in ("CACHE", "EXTENDED_ARG")]
+    return any(
+        ins.opname == "STORE_ATTR"
+        and i >= 1
+        and ops[i - 1].opname.startswith("LOAD_FAST")
+        and ops[i - 1].argval == first
+        for i, ins in enumerate(ops)
+    )
+
+
 def _container_is_global(ops: list[dis.Instruction], i: int) -> bool:
     """For `container[key] = value` at ops[i]: whether the container is a global (or an attribute of one)."""
     j, need = i - 1, 1  # skip the key expression: instructions whose net stack effect is +1
@@ -476,6 +505,8 @@ def admitted_modules(policy: Policy) -> Iterable[str]:
 
 # Reviewed routes: "module.qualname" -> why handing it out is fine.
 REVIEWED: dict[str, str] = {
+    "numpy.ma.masked": "the masked constant: its class refuses every attribute write on this singleton "
+    "(MaskedConstant.__setattr__), so its mask and fill-value setters raise",
     "uuid.getnode": "caches the host's MAC address in a module global: the same value for everyone",
     "uuid.uuid1": "calls getnode() (above)",
     "urllib.parse.quote_from_bytes": "memoizes quoters per set of safe characters in a module global "
@@ -516,6 +547,9 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
     "styles, locator defaults, colormap color lists) can be changed in place by standard-policy code, which "
     "changes plots of the host and other sessions; matplotlib builds its own objects from them, so they "
     "cannot be swapped per session. Use the subprocess boundary where that matters.",
+    ("shared-setter", "matplotlib."): "matplotlib's registered colormaps (set_bad, set_under, set_over, "
+    "set_extremes) and its font manager (set_default_weight) are process-wide objects matplotlib looks up "
+    "itself, so they cannot be swapped per session; the same gap as its shared tables above.",
 }
 
 

@@ -128,6 +128,24 @@ def test_the_walker_finds_shared_containers() -> None:
     assert not any(path == "mine" for _, path in opened({"mine": ["a"]}))
 
 
+def test_the_walker_finds_setters_of_module_level_objects() -> None:
+    ma = pytest.importorskip("numpy.ma")
+
+    class Display:
+        def __init__(self) -> None:
+            self.text = "--"
+
+        def set_text(self, text: str) -> None:
+            self.text = text
+
+    mine = Display()  # not held by a module: the session's own
+    found = opened({"option": ma.masked_print_option, "mine": mine})
+    assert ("shared-setter", "option.set_display") in found
+    assert ("shared-setter", "option.enable") in found
+    assert not any(path.startswith("mine") for _, path in found)
+    assert ("shared-setter", "option.display") not in found  # a reader
+
+
 def test_the_walker_finds_locks_that_block_for_ever() -> None:
     assert ("lock", "lock") in opened({"lock": threading.Lock()})
 

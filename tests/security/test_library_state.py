@@ -161,3 +161,31 @@ def test_pandas_options_read_but_never_written(engine: ReplEngine) -> None:
     raw = engine.run("import pandas as pd\npd.options.d['display']['max_rows'] = 3", session=sessions()[0])
     assert raw.status == "error" and raw.error is not None and raw.error.type == "AttributeError"
     assert pd.get_option("display.max_rows") == before
+
+
+@pytest.mark.parametrize(
+    ("code", "what"),
+    [
+        ("np.ma.masked_print_option.set_display('LEAK')", "numpy.ma.masked_print_option.set_display()"),
+        ("np.ma.masked_print_option.enable(False)", "numpy.ma.masked_print_option.enable()"),
+        ("np.ma.masked_print_option.set_display(Shown('x'))", "numpy.ma.masked_print_option.set_display()"),
+        ("np.ma.masked_print_option.display = print", "changing numpy.ma.masked_print_option.display"),
+    ],
+    ids=["set_display", "enable", "str subclass", "attribute"],
+)
+def test_masked_array_display_is_read_only(engine: ReplEngine, code: str, what: str) -> None:
+    # Every masked array's repr (the host's and other sessions') prints masked_print_option: a
+    # str subclass there would run this session's code inside theirs.
+    standard_only(engine, "numpy")
+    import numpy as np
+
+    a, b = sessions()
+    setup = "import numpy as np\nclass Shown(str):\n    def __str__(self):\n        return 'LEAK'\n"
+    assert refusal(engine.run(setup + code, session=a)).startswith(what)
+    check = "import numpy as np\n"
+    check += "(str(np.ma.masked_array([1, 2], mask=[0, 1])), np.ma.masked_print_option.display())"
+    assert ok(engine.run(check, session=b)).value == "('[1 --]', '--')"
+    assert str(np.ma.masked_array([1, 2], mask=[0, 1])) == "[1 --]"
+    legit = "(str(np.ma.masked_print_option), np.ma.masked_print_option.enabled(), "
+    legit += "np.ma.array([1, 2], mask=[1, 0]).filled(0).tolist())"
+    assert ok(engine.run(legit, session=b)).value == "('--', True, [0, 2])"
