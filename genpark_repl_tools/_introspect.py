@@ -28,7 +28,6 @@ from ._text import clean
 from ._watchdog import ExecutionTimeout
 
 __all__ = [
-    "SCALAR_TYPES",
     "bounded_repr",
     "class_name",
     "describe",
@@ -121,12 +120,11 @@ class _Repr(reprlib.Repr):
 
 
 _SIMPLE = frozenset({float, bool, type(None), complex})
-SHORT_INT_BITS = 4000  # an int shorter than this is shown by its repr as it is
+_SHORT_INT_BITS = 4000  # an int shorter than this is shown by its repr as it is
 _SCALARS = frozenset({int, float, bool, complex, type(None)})
 # Builtin types that are never a table or array and whose type name is their own `__name__`.
 # Looked up only for classes whose metaclass is `type`: hashing any other class may run its code.
 _PLAIN = _SCALARS | {str}
-SCALAR_TYPES = _SCALARS
 
 # The exact types reprlib walks itself, and its method for each. Anything else (subclasses too)
 # shows its own repr, cut after (`repr_instance`).
@@ -151,7 +149,7 @@ def bounded_repr(obj: Any, limit: int) -> tuple[str, bool]:
     t = type(obj)
     if (
         t in _SIMPLE
-        or (t is int and obj.bit_length() < SHORT_INT_BITS)
+        or (t is int and obj.bit_length() < _SHORT_INT_BITS)
         or (t is str and len(obj) * 4 < limit)
     ):
         return repr(obj), False  # the common case, without building a reprlib walker

@@ -576,9 +576,8 @@ def main(ctl_fd: int) -> None:
         traceback.print_exc()
         os._exit(_EXIT_SETUP_FAILED)
     loop = zygote.serve()
-    # Only a forked worker gets here (in the zygote, serve() never returns): the zygote's frames are
-    # gone and the worker's loop runs right above this one. Each frame below a run costs every call:
-    # the audit hook walks them all when the run activates the policy (~9k instructions a frame).
+    # Only a forked worker gets here (in the zygote, serve() never returns): it has left the zygote's
+    # loop and handlers, whose failures mean a failed set-up, and a failure of its own loop is its own.
     code = 0
     try:  # pragma: no cover - runs in the forked child
         loop()
