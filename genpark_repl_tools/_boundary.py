@@ -116,7 +116,7 @@ class BaseBoundary(ABC):
         """
         return False
 
-    # Durable sessions (issue 13). A boundary that can snapshot overrides both; `supports_snapshots`
+    # Durable sessions. A boundary that can snapshot overrides both; `supports_snapshots`
     # is how the engine tells before it relies on them.
     supports_snapshots = False
 

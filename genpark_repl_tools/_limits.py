@@ -43,7 +43,7 @@ class Limits(BaseModel):
         ge=10_000,
         description="Largest PNG attached; larger figures are re-rendered at lower dpi.",
     )
-    # ---- observability and accounting (issue 19): enforced by the engine, for every boundary ----
+    # ---- observability and accounting: enforced by the engine, for every boundary ----
     max_session_calls: int | None = Field(
         None, gt=0, description="Runs one session may make; later runs are refused (a budget)."
     )
@@ -60,7 +60,7 @@ class Limits(BaseModel):
     max_history_bytes: int = Field(
         2_000_000, ge=0, description="Characters of code, output and figures kept per session's history."
     )
-    # ---- files in and out of a session (issue 17): enforced by the host for uploads ----
+    # ---- files in and out of a session: enforced by the host for uploads ----
     max_upload_bytes: int = Field(
         50_000_000, gt=0, description="Largest file the host uploads into or downloads from a workspace."
     )

@@ -101,7 +101,7 @@ class FigureOwner:
         # Figures attached earlier (closed since), with a digest of the PNG the model saw: a figure
         # the code touched again is re-attached only if it now looks different (`fig.savefig` alone
         # marks a figure stale without changing it). Made on the first attachment: a weak dictionary
-        # is ~0.7 KiB, and most sessions never draw (issue 18, idle sessions).
+        # is ~0.7 KiB, and most sessions never draw (idle sessions stay small).
         self.shown: weakref.WeakKeyDictionary[Any, bytes] | None = None
 
 

@@ -48,7 +48,7 @@ class InProcessBoundary(BaseBoundary):
         self._stamped = policy.restricted and bool(policy.files)
         self._sessions: SessionTable[Session] = SessionTable(limits.max_sessions)
         self._running: dict[str, ExecutionRequest] = {}  # session -> the call running in it
-        # Per-session workspaces (issue 17): <temporary root>/<session_dirname>, made on first use and
+        # Per-session workspaces: <temporary root>/<session_dirname>, made on first use and
         # removed with the session; the root goes with the boundary. A policy that names a workspace
         # (Policy.with_workspace) gets exactly that directory, shared by every session.
         self._root: Path | None = None

@@ -182,7 +182,7 @@ class SessionGuards:
     doing attribute lookups by name, library global state) is listed in docs/security.md.
     """
 
-    # Slots: no instance dict (a few hundred bytes per idle session, issue 18).
+    # Slots: no instance dict (a few hundred bytes per idle session).
     __slots__ = (
         "_calendar",
         "_classes",
@@ -1572,7 +1572,7 @@ _type_guard_policy: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictio
 
 @functools.lru_cache(maxsize=64)
 def _type_guard_for(policy_name: str) -> type:
-    """The `type` every restricted session of a policy gets (issue 18: it was ~5 KiB per session).
+    """The `type` every restricted session of a policy gets (one per session cost ~5 KiB each).
 
     Shared safely because it holds nothing of a session: the one-argument form needs no session,
     and type(name, bases, ns) finds the calling session (`_calling_session`) and uses that

@@ -1,4 +1,4 @@
-"""The engine's durable-session plumbing (issue 13).
+"""The engine's durable-session plumbing.
 
 `Durability` takes and restores snapshots through the boundary's own `snapshot_session` /
 `restore_session` (in-process: the session object itself; subprocess: inside the sandboxed worker,

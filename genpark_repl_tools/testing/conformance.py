@@ -517,7 +517,7 @@ class BoundaryConformance:
         for info in engine.variables("bad", include_hidden=True):
             info.model_dump_json().encode("utf-8")
 
-    # ---- streaming (issue 16) ---------------------------------------------------------------------
+    # ---- streaming --------------------------------------------------------------------------------
 
     def test_stream_delivers_each_chunk_while_the_code_runs(self, patient: ReplEngine) -> None:
         patient.run("import time", session="st")  # the first call may start a worker: not timed

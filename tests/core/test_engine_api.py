@@ -64,7 +64,7 @@ EXPECTED_ALL = {
     "VariableNotFound",
     "__version__",
     "render_variables",
-    # streaming (issue 16)
+    # streaming
     "FigureEvent",
     "OutputEvent",
     "ResultEvent",

@@ -1,4 +1,4 @@
-"""run_python's reply takes shortcuts on every call (issue 18): the observation looks only at the
+"""run_python's reply takes shortcuts on every call: the observation looks only at the
 sections a result has, and the JSON data skips `model_dump`'s wrapper. Both must give what the
 general way gave, byte for byte and value for value: the previous renderer is kept here as the
 reference, and `model_dump(mode="json")` is the reference for the data."""

@@ -1,4 +1,4 @@
-"""Files in and out of a session (issue 17), on both boundaries: upload, list, download, delete,
+"""Files in and out of a session, on both boundaries: upload, list, download, delete,
 what a run changed, quotas, and names or links that would lead the host outside the workspace."""
 
 from __future__ import annotations

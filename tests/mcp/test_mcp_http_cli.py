@@ -124,7 +124,7 @@ def test_a_foreign_host_header_is_refused_unless_allowed(tmp_path: Path) -> None
         assert "Invalid Host header" not in allowed.text
 
 
-# ---- the default boundary (issue 12) -------------------------------------------------------------
+# ---- the default boundary ------------------------------------------------------------------------
 
 
 def mcp_args(*options: str) -> object:

@@ -1,4 +1,4 @@
-"""What sessions of restricted policies share in one process (issue 18), and that sharing carries
+"""What sessions of restricted policies share in one process (small idle sessions), and that sharing carries
 nothing from one session to another.
 
 The `type` guard is one object per policy: type(name, bases, ns) records the class in the session

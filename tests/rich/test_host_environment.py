@@ -1,4 +1,4 @@
-"""A matplotlib run leaves the host's environment as it was (issue 12): no MPLBACKEND, in any process
+"""A matplotlib run leaves the host's environment as it was: no MPLBACKEND, in any process
 the host starts later either; pyplot is still headless inside the execution."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from _security import ok, refusal, run
 
 from genpark_repl_tools import ReplEngine
 
-# issue 22: generated methods run with importlib's globals and call back into the session.
+# Generated methods run with importlib's globals and call back into the session.
 FORGED_IMPORTLIB = """import dataclasses, typing
 class H:
     x: '(i for i in ()).throw(LookupError(__import__("builtins").__dict__))'
@@ -80,7 +80,7 @@ def test_imports_still_work_after_a_forged_name(engine: ReplEngine) -> None:
     assert importlib.import_module("colorsys").rgb_to_hls(0, 0, 0) == (0.0, 0.0, 0.0)
 
 
-# issue 22: pandas resolves names in the frame `level` steps up: beyond the cell, the host's frames.
+# pandas resolves names in the frame `level` steps up: beyond the cell, the host's frames.
 STACK_WALK = "import pandas as pd\npd.eval('limits', level={level})"
 OWN_VARIABLES = (
     "import pandas as pd\na = 1\nb = 2\ndf = pd.DataFrame({'x': [1, 5, 7]})\nt = 2\n"

@@ -14,7 +14,7 @@ from genpark_repl_tools import ReplEngine
 
 REFUSED = "running code built at run time (exec, eval, templates, string annotations) is not allowed"
 
-# issue 12: a Field is a host object the session may change; dataclasses pastes its name into source.
+# A Field is a host object the session may change; dataclasses pastes its name into source.
 FIELD_NAME_INJECTION = """import dataclasses
 @dataclasses.dataclass
 class A:

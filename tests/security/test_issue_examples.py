@@ -1,7 +1,7 @@
-"""The complete attacks from issues 12 and 22, under both policies: each stops at its first step.
+"""Complete attack chains from earlier security reviews, under both policies: each stops at its first step.
 
-Issue 12: a dataclass field renamed to source text, which dataclasses pastes into generated code.
-Issue 22: a class claiming the module 'importlib._bootstrap', so that frames of its methods look like
+A dataclass field renamed to source text, which dataclasses pastes into generated code.
+A class claiming the module 'importlib._bootstrap', so that frames of its methods look like
 the import machinery's. The neighbours (dataclasses with defaults, inheritance, field(), typing
 annotations, collections.Counter) keep working.
 """

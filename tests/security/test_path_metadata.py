@@ -1,4 +1,4 @@
-"""No metadata of paths outside the workspace under standard (issue 12).
+"""No metadata of paths outside the workspace under standard.
 
 `os.stat`, `os.readlink`, `realpath` and the `pwd`/`grp` lookups raise no audit event, so pathlib's
 metadata methods are checked by the session's own pathlib classes (`policy/_paths.py`).
