@@ -506,6 +506,9 @@ class _RulesetAttr(ctypes.Structure):
 
 
 class _PathBeneathAttr(ctypes.Structure):
+    # The kernel's struct is packed (12 bytes). Python 3.14+ asks that a packed layout be named: "ms"
+    # packs these two fields as GCC's `packed` does (older Pythons ignore the name and pack the same way).
+    _layout_ = "ms"
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
