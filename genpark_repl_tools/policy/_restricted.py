@@ -12,7 +12,6 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Hashable
-from types import CodeType
 from typing import Any
 
 from .._models import AuditFinding
@@ -22,8 +21,7 @@ from ._audithook import SandboxState
 from ._errors import PolicyViolation
 from ._guards import SESSION, Execution, SessionGuards, current_execution
 from ._model import Policy
-from ._rules import rules_for
-from ._screen import CodeScreen
+from ._rules import StaticRules, rules_for
 from ._transform import transform
 
 __all__ = ["RestrictedRuntime"]
@@ -47,12 +45,8 @@ class RestrictedRuntime:
         if not policy.restricted:
             raise ValueError("RestrictedRuntime needs a restricted policy")
         self.policy = policy
-        if _shared is None:
-            self.rules = rules_for(policy)
-            self._screen = CodeScreen(self.rules)
-        else:  # the same policy in another workspace (with_workspace): the rules do not name it
-            self.rules = _shared.rules
-            self._screen = _shared._screen
+        # The same policy in another workspace (with_workspace) shares the rules: they do not name it.
+        self.rules: StaticRules = rules_for(policy) if _shared is None else _shared.rules
         self._key = ("restricted", self.rules.key)
         self._workspace: str | None = None
         self._workspace_lock = threading.Lock()
@@ -62,9 +56,9 @@ class RestrictedRuntime:
         _audithook.install()
 
     def with_workspace(self, path: str) -> RestrictedRuntime:
-        """This runtime's policy with `path` as its workspace. Its static rules and code screen are
-        this runtime's: they depend on the policy's rules, never on its workspace, and deriving them
-        again costs a subprocess worker about a millisecond of its start."""
+        """This runtime's policy with `path` as its workspace. Its static rules are this runtime's:
+        they never depend on the workspace, and deriving them again costs a subprocess worker about
+        a millisecond of its start."""
         return RestrictedRuntime(self.policy.with_workspace(path), _shared=self)
 
     @property
@@ -98,9 +92,6 @@ class RestrictedRuntime:
     def transform(self, tree: ast.Module) -> ast.Module:
         return transform(tree, self.rules)
 
-    def screen(self, code: CodeType, source: str) -> bool:
-        return self._screen.clean(code, source)
-
     def new_builtins(self) -> dict[str, Any]:
         return SessionGuards(self.policy, self.rules, self.state).builtins()
 
@@ -121,7 +112,8 @@ class RestrictedRuntime:
                 self._specs.clear()
             self._specs[workspace] = spec
         # The activation request, raised here (not through _audithook.activate): the hook anchors the
-        # execution at this function's caller and walks one frame fewer. The hook was installed
+        # execution at the caller of the function that raises it, which must be this one's caller (the
+        # frame the guarded code runs under), not a helper that returns first. The hook was installed
         # when this runtime was made, so it always answers.
         # Before the hook is active (it refuses changing directory): relative paths mean the workspace.
         directory = _paths.enter_directory(workspace)

@@ -39,11 +39,6 @@ class PolicyRuntime(Protocol):
         """Rewrite the audited tree before compiling (e.g. route dynamic attribute access to guards)."""
         ...
 
-    def screen(self, code: types.CodeType, source: str) -> bool:
-        """True if `code`, compiled from `source` as it is, provably holds nothing the audit refuses
-        and nothing the transform rewrites (so it may run as compiled); False: audit the tree."""
-        ...
-
     def new_builtins(self) -> dict[str, Any]:
         """A fresh builtins dict for one session."""
         ...
@@ -108,9 +103,6 @@ class TrustedRuntime:
 
     def transform(self, tree: ast.Module) -> ast.Module:
         return tree
-
-    def screen(self, code: types.CodeType, source: str) -> bool:
-        return True
 
     def new_builtins(self) -> dict[str, Any]:
         table = dict(builtins.__dict__)
