@@ -1,4 +1,4 @@
-"""What the audit and the rewrite share about walking a syntax tree."""
+"""What the audit, the rewrite and the compiler's reading of a cell share about walking a syntax tree."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ._rules import nfkc
 
 __all__ = ["LEAVES", "bound_names", "dispatch_table", "push_children"]
 
-# Leaves that need no review or rewrite: skipping them keeps both walks cheap on big cells.
+# Leaves that need no review or rewrite and bind no name: skipping them keeps the walks cheap on big cells.
 LEAVES: frozenset[type] = frozenset(
     {ast.Load, ast.Store, ast.Del, ast.Constant}
     | {cls for base in (ast.operator, ast.boolop, ast.cmpop, ast.unaryop) for cls in base.__subclasses__()}
