@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ._boundary import BaseBoundary, ExecutionRequest
 from ._compile import parse
 from ._exceptions import EngineClosed, FileNotFound, FileQuotaExceeded, FilesUnavailable, SessionNotFound
-from ._files import FileTracker, WorkspaceDir
+from ._files import PARTIAL_SCAN_NOTE, FileTracker, WorkspaceDir
 from ._limits import Limits
 from ._models import (
     AuditReport,
@@ -325,7 +325,9 @@ class ReplEngine:
         if path is not None:
             # FileChanges it made (none, without a look at the directory, if the boundary can tell)
             stamp = self._boundary.workspace_writes(request.session)
-            result.files = self._files.changes(request.session, path, stamp)
+            result.files, complete = self._files.changes(request.session, path, stamp)
+            if not complete:
+                result.notes.append(PARTIAL_SCAN_NOTE)
 
     def interrupt(self, session: str = "default") -> bool:
         """Stop the code running in `session` now; returns whether anything was running.

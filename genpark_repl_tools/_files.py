@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import mimetypes
 import os
+import re
 import secrets
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -33,12 +35,17 @@ __all__ = ["FileTracker", "WorkspaceDir", "check_name", "list_files", "read_file
 MAX_NAME_CHARS = 1024  # the whole relative name
 MAX_COMPONENT_BYTES = 255  # one path component, as the filesystem counts it
 MAX_DEPTH = 16
-MAX_SCANNED = 10_000  # entries one scan looks at; a larger workspace is reported in part
+MAX_SCANNED = 10_000  # entries of every kind one walk looks at; a larger workspace is seen in part
+MAX_SCAN_SECONDS = 0.05  # host time one walk may take: it runs after every run of a session with files
+QUOTA_SCAN_SECONDS = 1.0  # an upload's walk: refused when it cannot finish, so it gets longer
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 Snapshot = dict[str, tuple[int, int]]  # name -> (size, mtime_ns)
+
+_UPLOAD_TEMP = re.compile(r"\.upload-[0-9a-f]{12}\.part")  # write_file's own name, while it writes
+_perf_counter = time.perf_counter
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +182,21 @@ def write_file(ws: WorkspaceDir, name: str, data: bytes, limits: Limits) -> File
         raise FileQuotaExceeded(
             f"'{shown}' has {len(data):,} bytes; the per-file limit is {limits.max_upload_bytes:,} bytes"
         )
-    used = sum(size for size, _ in scan(ws.path).values()) if ws.path.exists() else 0
+    # Every entry counts at what it takes on disk, whatever its name or kind; a workspace too big
+    # to count within the walk's bounds is refused rather than guessed.
+    found = walk(ws.path, max_seconds=QUOTA_SCAN_SECONDS)
+    if not found.complete:
+        raise FileQuotaExceeded(
+            f"uploading '{shown}' was refused: the workspace is too large to check its quota (over "
+            f"{MAX_SCANNED:,} entries or {MAX_DEPTH} levels); delete files or directories first"
+        )
+    used = found.disk_bytes
     with _directory(ws.path, parts, create=True, owner=ws.owner) as dfd:
         old = _entry(dfd, parts[-1], shown)
         if old is not None:
             _refuse_special(old, shown)
-            used -= old.st_size
+            if old.st_nlink == 1:  # the last link: its blocks are freed when it is replaced
+                used -= _disk_bytes(old)
         if used + len(data) > limits.max_workspace_bytes:
             raise FileQuotaExceeded(
                 f"uploading '{shown}' ({len(data):,} bytes) would fill the workspace past its quota "
@@ -230,41 +246,98 @@ def _info(name: str, st: os.stat_result) -> FileInfo:
     )
 
 
-def _walk(path: Path | str) -> Iterator[tuple[str, os.stat_result]]:
-    """Regular files under `path` (symlinks, devices and FIFOs are skipped, never followed)."""
+class Scan:
+    """What one bounded walk of a workspace saw: its regular files, the bytes on disk of every entry
+    it looked at, and whether it saw everything (`complete`; False when a bound stopped it)."""
+
+    __slots__ = ("complete", "disk_bytes", "files")
+
+    def __init__(self) -> None:
+        self.files: list[tuple[str, os.stat_result]] = []
+        self.disk_bytes = 0
+        self.complete = True
+
+
+class FileList(list[FileInfo]):
+    """`list_files`' answer: a list of FileInfo that also says whether the walk saw everything."""
+
+    complete = True
+
+
+def _disk_bytes(st: os.stat_result) -> int:
+    # What the entry really takes on disk: a sparse file counts its blocks, not its length.
+    blocks = getattr(st, "st_blocks", None)
+    return st.st_size if blocks is None else blocks * 512
+
+
+def walk(path: Path | str, *, max_entries: int = MAX_SCANNED, max_seconds: float = MAX_SCAN_SECONDS) -> Scan:
+    """Every entry under `path` (directories, links, FIFOs as well as files), looked at without
+    following a symlink, until `max_entries` entries, MAX_DEPTH levels or `max_seconds` of the
+    host's time: the session's code chose the tree's shape, so each bound holds whatever it is."""
+    scan = Scan()
+    deadline = _perf_counter() + max_seconds
     seen = 0
-    try:
-        walker = os.fwalk(path, follow_symlinks=False)
-        for dirpath, dirnames, filenames, dirfd in walker:
-            rel = os.path.relpath(dirpath, path)
-            prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-            if prefix.count("/") >= MAX_DEPTH:
-                dirnames.clear()
-            for filename in filenames:
+    linked: set[tuple[int, int]] = set()  # hard links are on disk once
+
+    def visit(fd: int, prefix: str, depth: int) -> bool:
+        """False once a bound stopped the walk."""
+        nonlocal seen
+        with os.scandir(fd) as entries:
+            for entry in entries:
                 seen += 1
-                if seen > MAX_SCANNED:
-                    return
+                if seen > max_entries or _perf_counter() > deadline:
+                    return False
                 try:
-                    st = os.stat(filename, dir_fd=dirfd, follow_symlinks=False)
-                except OSError:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:  # gone since it was listed
                     continue
-                if stat.S_ISREG(st.st_mode) and not filename.endswith(".part"):
-                    yield prefix + filename, st
-    except OSError:
-        return
+                if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                    key = (st.st_dev, st.st_ino)
+                    if key in linked:
+                        continue
+                    linked.add(key)
+                scan.disk_bytes += _disk_bytes(st)
+                name = prefix + entry.name
+                if stat.S_ISREG(st.st_mode):
+                    if not _UPLOAD_TEMP.fullmatch(entry.name):
+                        scan.files.append((name, st))
+                elif stat.S_ISDIR(st.st_mode):
+                    if depth + 1 >= MAX_DEPTH:
+                        scan.complete = False  # deeper entries exist and are not looked at
+                        continue
+                    try:
+                        child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                    except OSError:  # replaced by a link or removed since it was listed
+                        continue
+                    try:
+                        if not visit(child, name + "/", depth + 1):
+                            return False
+                    finally:
+                        os.close(child)
+        return True
+
+    try:
+        root = os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        return scan
+    try:
+        if not visit(root, "", 0):
+            scan.complete = False
+    finally:
+        os.close(root)
+    return scan
 
 
-def scan(path: Path | str) -> Snapshot:
-    return {name: (st.st_size, st.st_mtime_ns) for name, st in _walk(path)}
+def list_files(ws: WorkspaceDir) -> FileList:
+    found = walk(ws.path)
+    listed = FileList(sorted((_info(name, st) for name, st in found.files), key=lambda f: f.name))
+    listed.complete = found.complete
+    return listed
 
 
-def list_files(ws: WorkspaceDir) -> list[FileInfo]:
-    if not ws.path.exists():
-        return []
-    return sorted((_info(name, st) for name, st in _walk(ws.path)), key=lambda f: f.name)
-
-
-def diff(before: Snapshot, after: Snapshot) -> list[FileChange]:
+def diff(before: Snapshot, after: Snapshot, *, complete: bool = True) -> list[FileChange]:
+    """What changed from `before` to `after`; a name missing from an incomplete `after` may only be
+    out of the part looked at, so it is not reported deleted."""
     changes: list[FileChange] = []
     for name, (size, mtime) in after.items():
         old = before.get(name)
@@ -272,8 +345,15 @@ def diff(before: Snapshot, after: Snapshot) -> list[FileChange]:
             changes.append(FileChange(name=name, change="created", size=size))
         elif old != (size, mtime):
             changes.append(FileChange(name=name, change="modified", size=size))
-    changes.extend(FileChange(name=name, change="deleted") for name in before.keys() - after.keys())
+    if complete:
+        changes.extend(FileChange(name=name, change="deleted") for name in before.keys() - after.keys())
     return sorted(changes, key=lambda c: c.name)
+
+
+PARTIAL_SCAN_NOTE = (
+    f"The workspace is too large to scan in full ({MAX_SCANNED:,} entries, {MAX_DEPTH} levels); "
+    "file changes are listed for the part scanned. Delete files and directories you no longer need."
+)
 
 
 class FileTracker:
@@ -281,9 +361,9 @@ class FileTracker:
 
     Cost for a session that never had files: one `stat` of its workspace directory per run (its
     modification time changes when an entry is added or removed), none when the boundary's write
-    stamp says the run wrote nothing there. Once a file is there, the workspace is scanned after
-    each run (bounded by MAX_SCANNED entries): a file opened in an earlier run can be written
-    without a new stamp.
+    stamp says the run wrote nothing there. Once a file is there, the workspace is walked after
+    each run, within `walk`'s bounds (entries of every kind, depth, host time): a file opened in an
+    earlier run can be written without a new stamp.
     """
 
     def __init__(self) -> None:
@@ -291,45 +371,51 @@ class FileTracker:
         self._empty: dict[str, int] = {}  # sessions without: their directory's mtime_ns
         self._stamps: dict[str, int] = {}  # sessions without: the write stamp when it was taken
 
-    def changes(self, session: str, path: Path | str | None, stamp: int | None = None) -> list[FileChange]:
-        """What the run that just ended changed in `path`. `stamp` is the boundary's write stamp
-        (BaseBoundary.workspace_writes), taken after the run; None: the directory is looked at."""
+    def changes(
+        self, session: str, path: Path | str | None, stamp: int | None = None
+    ) -> tuple[list[FileChange], bool]:
+        """What the run that just ended changed in `path`, and whether the whole workspace was
+        looked at (False: a bound of `walk` stopped it; PARTIAL_SCAN_NOTE says so). `stamp` is the
+        boundary's write stamp (BaseBoundary.workspace_writes), taken after the run; None: the
+        directory is looked at."""
         if path is None:
-            return []
+            return [], True
         before = self._known.get(session)
         if before is None:
             if stamp is not None and self._stamps.get(session) == stamp:
-                return []  # empty when last looked at, and nothing written there since
+                return [], True  # empty when last looked at, and nothing written there since
             try:
                 mtime = os.stat(path).st_mtime_ns
             except OSError:
-                return []
+                return [], True
             if stamp is not None:
                 self._stamps[session] = stamp  # taken before the look: a later write differs
             if self._empty.get(session) == mtime:
-                return []
+                return [], True
             self._empty[session] = mtime
             before = {}
-        return diff(before, self._rescan(session, path))
+        after, complete = self._rescan(session, path)
+        return diff(before, after, complete=complete), complete
 
     def refresh(self, session: str, path: Path) -> None:
         """After a host operation: what the host did is not the next run's change."""
         self._stamps.pop(session, None)  # the next run looks at the directory again
-        if not self._rescan(session, path):
+        if not self._rescan(session, path)[0]:
             try:
                 self._empty[session] = os.stat(path).st_mtime_ns
             except OSError:
                 self._empty.pop(session, None)
 
-    def _rescan(self, session: str, path: Path | str) -> Snapshot:
-        """What `path` holds now, kept as the session's last known state."""
-        after = scan(path)
+    def _rescan(self, session: str, path: Path | str) -> tuple[Snapshot, bool]:
+        """What `path` holds now (within the walk's bounds), kept as the session's last known state."""
+        found = walk(path)
+        after = {name: (st.st_size, st.st_mtime_ns) for name, st in found.files}
         if after:
             self._known[session] = after
             self._empty.pop(session, None)
         else:
             self._known.pop(session, None)
-        return after
+        return after, found.complete
 
     def forget(self, session: str) -> None:
         self._known.pop(session, None)
