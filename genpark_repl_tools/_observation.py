@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._text import caret as _caret
-from ._text import escape_controls
+from ._text import escape_controls, escape_name
 from ._text import finding_text as _finding_text
 
 if TYPE_CHECKING:  # annotations only: the models import this module to render themselves
@@ -44,10 +44,10 @@ def render_observation(result: ExecutionResult, max_chars: int | None = None) ->
         tail.append(render_file_changes(result.files))
     for attachment in result.attachments:
         size = f" {attachment.width}x{attachment.height}" if attachment.width and attachment.height else ""
-        label = attachment.description or "figure"
+        label = escape_name(attachment.description or "figure")
         tail.append(f"Attached {attachment.mime_type}{size}: {label}")
     if result.notes:
-        tail.extend(f"Note: {note}" for note in result.notes)
+        tail.extend(f"Note: {escape_name(note)}" for note in result.notes)  # notes quote names
     if error is not None and error.hint:
         tail.append(f"Hint: {error.hint}")
 
@@ -139,12 +139,12 @@ def variable_label(info: VariableInfo) -> str:
 
 
 def _describe(info: VariableInfo) -> str:
-    return f"{info.name} ({variable_label(info)})"
+    return f"{escape_name(info.name)} ({variable_label(info)})"
 
 
 def render_variable(info: VariableInfo) -> str:
     """One variable in detail, for a model: name and type, summary, bounded repr."""
-    lines = [f"{info.name}: {variable_label(info)}"]
+    lines = [f"{escape_name(info.name)}: {variable_label(info)}"]
     if info.summary:
         lines.append(info.summary)
     lines.append(info.repr + (" (shortened)" if info.repr_truncated else ""))
@@ -163,9 +163,10 @@ def render_variables(infos: list[VariableInfo], max_chars: int | None = None) ->
     lines = [f"Variables ({len(infos)}):"]
     used = len(lines[0])
     for shown, info in enumerate(infos):
-        line = f"{info.name}: {variable_label(info)}"
+        name = escape_name(info.name)
+        line = f"{name}: {variable_label(info)}"
         if info.kind in ("function", "class"):
-            line = f"{info.name}: {info.repr}"  # 'def area(r)' says more than 'function'
+            line = f"{name}: {info.repr}"  # 'def area(r)' says more than 'function'
         elif info.kind == "value":
             first = info.repr.split("\n", 1)[0][:_LISTED_REPR_CHARS]
             line += f" = {first}" + ("" if first == info.repr else "...")
@@ -183,7 +184,7 @@ def _changes_line(result: ExecutionResult) -> str:
     for label, items in (
         ("created", [_describe(v) for v in changes.created]),
         ("rebound", [_describe(v) for v in changes.rebound]),
-        ("deleted", list(changes.deleted)),
+        ("deleted", [escape_name(name) for name in changes.deleted]),
     ):
         if items:
             shown = items[:_MAX_LISTED_CHANGES]
@@ -230,8 +231,8 @@ def format_size(n: int) -> str:
 
 def render_file_changes(changes: list[FileChange], max_listed: int = _MAX_LISTED_CHANGES) -> str:
     """One line for a model: 'Files: wrote clean.csv (3.2 KB), chart.png (41.0 KB); deleted old.csv'."""
-    written = [f"{c.name} ({format_size(c.size)})" for c in changes if c.change != "deleted"]
-    deleted = [c.name for c in changes if c.change == "deleted"]
+    written = [f"{escape_name(c.name)} ({format_size(c.size)})" for c in changes if c.change != "deleted"]
+    deleted = [escape_name(c.name) for c in changes if c.change == "deleted"]
     groups = []
     for label, items in (("wrote", written), ("deleted", deleted)):
         if items:

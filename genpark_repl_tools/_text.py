@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._models import AuditFinding
 
-__all__ = ["BYTES_ERRORS", "caret", "clean", "escape_controls", "finding_text"]
+__all__ = ["BYTES_ERRORS", "caret", "clean", "escape_controls", "escape_name", "finding_text"]
 
 # How bytes that are not UTF-8 are decoded, everywhere output is read as bytes.
 BYTES_ERRORS = "backslashreplace"
@@ -62,6 +62,24 @@ def escape_controls(text: str) -> str:
     if _ANY_CONTROL.search(text) is None or _CONTROLS.search(text) is None:
         return text
     return _CONTROLS.sub(_escape, text)
+
+
+# In a name every control character is escaped, newline and tab too, and the Unicode line and
+# paragraph separators: a name the session chose is one line wherever it is shown, so it cannot
+# forge the lines after it (a file named "x\nNote: ..." in the observation's Files: line).
+_NAME_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escape_any(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def escape_name(name: str) -> str:
+    """A name (of a file, variable or figure) on one line: its control characters as escapes."""
+    if _NAME_CONTROLS.search(name) is None:
+        return name
+    return _NAME_CONTROLS.sub(_escape_any, name)
 
 
 def finding_text(finding: AuditFinding) -> str:

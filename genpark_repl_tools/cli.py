@@ -41,7 +41,7 @@ from ._exceptions import MissingDependency, ReplError
 from ._limits import Limits
 from ._models import ExecutionResult
 from ._stream import OutputEvent
-from ._text import escape_controls
+from ._text import escape_controls, escape_name
 from .policy import Policy
 from .tools import ToolReply
 
@@ -647,7 +647,7 @@ def _cmd_store(args: argparse.Namespace) -> int:
             print(f"{'SESSION':<32} {'VERSION':>7} {'SIZE':>10} {'AGE':>9}")
             for entry in entries:
                 print(
-                    f"{_clip(entry.session, 32):<32} {entry.version:>7} "
+                    f"{_clip(escape_name(entry.session), 32):<32} {entry.version:>7} "
                     f"{_size(entry.size):>10} {_age(now - entry.saved_at):>9}"
                 )
             print(f"{len(entries)} session(s)")
@@ -677,19 +677,27 @@ def _cmd_store(args: argparse.Namespace) -> int:
             print(json.dumps(data, indent=2))
             return EXIT_OK
         age = _age(time.time() - entry.saved_at)
-        print(f"session {entry.session}: version {entry.version}, {_size(entry.size)}, saved {age} ago")
+        # What a stored blob names is read unauthenticated: each name is shown on one line, escaped.
+        print(
+            escape_name(
+                f"session {entry.session}: version {entry.version}, {_size(entry.size)}, saved {age} ago"
+            )
+        )
         print(
             f"made {manifest.created_at:%Y-%m-%d %H:%M:%S} UTC, execution {manifest.execution_count}, "
-            f"policy {manifest.policy}, Python {manifest.python}"
+            f"policy {escape_name(manifest.policy)}, Python {escape_name(manifest.python)}"
         )
         for variable in manifest.saved:
-            print(f"  saved      {variable.name}: {variable.type} ({_size(variable.bytes)})")
+            print(
+                "  saved      " + escape_name(f"{variable.name}: {variable.type} ({_size(variable.bytes)})")
+            )
         for name, module in manifest.imports.items():
-            print(f"  import     {name} = {module}")
+            print(f"  import     {escape_name(name)} = {escape_name(module)}")
         for skipped in manifest.not_saved:
-            print(f"  not saved  {skipped.name}: {skipped.type} ({skipped.reason})")
+            print("  not saved  " + escape_name(f"{skipped.name}: {skipped.type} ({skipped.reason})"))
         if manifest.libraries:
-            print("libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(manifest.libraries.items())))
+            libraries = ", ".join(f"{k} {v}" for k, v in sorted(manifest.libraries.items()))
+            print("libraries: " + escape_name(libraries))
         print("(read without checking the snapshot key: for display only)")
         return EXIT_OK
 

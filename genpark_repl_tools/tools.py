@@ -45,7 +45,7 @@ from ._models import Attachment, ExecutionResult, FileInfo, VariableInfo
 from ._observation import format_size, render_observation, render_variable, render_variables
 from ._stream import FigureEvent, OutputEvent, ResultEvent
 from ._text import clean as _clean
-from ._text import escape_controls
+from ._text import escape_controls, escape_name
 
 __all__ = [
     "DOWNLOAD_FILE",
@@ -551,9 +551,11 @@ def render_files(infos: list[FileInfo]) -> str:
     """The files as a model reads them: one line each, 'clean.csv  3.2 KB  text/csv'."""
     if not infos:
         return "No files yet."
-    lines = [f"{f.name}  {format_size(f.size)}  {f.type}" for f in infos[:_LISTED_FILES]]
+    lines = [f"{escape_name(f.name)}  {format_size(f.size)}  {f.type}" for f in infos[:_LISTED_FILES]]
     if len(infos) > _LISTED_FILES:
         lines.append(f"[... and {len(infos) - _LISTED_FILES} more files]")
+    if getattr(infos, "complete", True) is False:  # a FileList whose walk stopped at a bound
+        lines.append("[listed in part: the workspace is too large to scan in full]")
     return f"Files ({len(infos)}):\n" + "\n".join(lines)
 
 
