@@ -89,7 +89,7 @@ class Observer:
         wall_s = _perf_counter() - started
         # Rounded to the microsecond, as round(ms, 3) would, without its decimal conversion.
         result.usage.wall_ms = round(wall_s * 1e6) / 1000
-        accounts = ledger.record(result, wall_s)
+        accounts = ledger.record(result, wall_s, request.timeout_s)
         if self._sinks and (result.error is not None or result.status == "blocked"):
             deliver(self._sinks, events_from(result, request.code, call_id))
         history = self.history

@@ -2,11 +2,16 @@
 
 The engine keeps the ledger, so figures and budgets work the same on every boundary. A run is
 charged what its result reports; a run whose worker was killed reports no CPU time and is charged
-its wall time instead (so crashing on purpose does not spend CPU for free).
+its wall time instead (so crashing on purpose does not spend CPU for free). A reported CPU time is
+believed only when it could be true: finite, not negative, and no more than the run's wall time (as
+the host measured it) on every core of the host; otherwise the run is charged its deadline, never
+less, so a worker that lies (NaN, a negative number) cannot refill its budget.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,7 +31,11 @@ class SessionUsage(BaseModel):
     calls: int = Field(0, description="Runs made (budget refusals not included).")
     cpu_s: float = Field(0.0, description="CPU seconds over all runs (see ExecutionResult.usage).")
     cpu_estimated: bool = Field(
-        False, description="Some runs reported no CPU time (worker killed) and were charged wall time."
+        False,
+        description=(
+            "Some runs reported no CPU time (worker killed) and were charged wall time, or reported one "
+            "that cannot be true and were charged their deadline."
+        ),
     )
     wall_s: float = 0.0
     peak_memory_mb: float | None = Field(None, description="Highest peak memory a run reported.")
@@ -59,6 +68,8 @@ class Ledger:
         self.max_calls = limits.max_session_calls
         self.max_cpu_s = limits.max_session_cpu_s
         self.budgeted = self.max_calls is not None or self.max_cpu_s is not None
+        self.timeout_s = limits.timeout_s
+        self.cores = os.cpu_count() or 1
         self._accounts: dict[str, _Account] = {}
         self._lock = threading.Lock()
 
@@ -113,12 +124,29 @@ class Ledger:
             if account is not None and account.calls:
                 account.calls -= 1
 
-    def record(self, result: ExecutionResult, wall_s: float) -> int:
-        """Charge `result` to its session; returns the number of sessions with an account."""
+    def charge(
+        self, cpu_ms: float | None, wall_s: float, timeout_s: float | None = None
+    ) -> tuple[float, bool]:
+        """The CPU seconds a run is charged, and whether they are an estimate (not what it reported)."""
+        if cpu_ms is None:  # the worker was killed before it could report
+            return wall_s, True
+        cpu_s = cpu_ms / 1000
+        # Clock granularity and rounding: a run near zero may read a few milliseconds over its wall.
+        most = wall_s * self.cores + 0.05
+        if math.isfinite(cpu_s) and 0.0 <= cpu_s <= most:
+            return cpu_s, False
+        return max(timeout_s or self.timeout_s, wall_s), True
+
+    def record(self, result: ExecutionResult, wall_s: float, timeout_s: float | None = None) -> int:
+        """Charge `result` to its session; returns the number of sessions with an account.
+        `timeout_s` is the run's deadline (None: Limits.timeout_s), charged for a CPU time that
+        cannot be true."""
         # The result is read before the lock is taken: the lock is held for the sums only.
         usage = result.usage
-        cpu_ms = usage.cpu_ms
+        cpu_s, estimated = self.charge(usage.cpu_ms, wall_s, timeout_s)
         peak = usage.peak_memory_mb
+        if peak is not None and not (math.isfinite(peak) and peak >= 0):
+            peak = None  # a figure that cannot be true would stick as the high-water mark
         session = result.session
         status = result.status
         count = result.execution_count
@@ -133,11 +161,9 @@ class Ledger:
                 account.calls += 1
             account.count = count
             account.wall_s += wall_s
-            if cpu_ms is None:
-                account.cpu_s += wall_s
+            account.cpu_s += cpu_s
+            if estimated:
                 account.estimated = True
-            else:
-                account.cpu_s += cpu_ms / 1000
             if peak is not None and (account.peak_mb is None or peak > account.peak_mb):
                 account.peak_mb = peak
             statuses = account.statuses

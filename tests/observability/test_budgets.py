@@ -81,3 +81,71 @@ def test_budgets_hold_on_the_subprocess_boundary() -> None:
     with ReplEngine(boundary="subprocess", limits=limits) as engine:
         assert engine.run("x = 1").ok and engine.run("x").value == "1"
         assert engine.run("x").error.type == "BudgetExceeded"  # type: ignore[union-attr]
+
+
+# Trusted code owns the process that measures it: these make the measurement lie, as a compromised
+# worker would. In-process the run's CPU time comes from the runner's _cpu_ms; in a worker from the
+# worker module's _rusage (ru_utime + ru_stime of itself and its children).
+LIE_IN_PROCESS = "import genpark_repl_tools._runner as runner\nrunner._cpu_ms = lambda started: {value}"
+LIE_IN_WORKER = """
+import itertools, sys, types
+worker = sys.modules["genpark_repl_tools.boundaries._subprocess._worker"]
+rss = worker._rusage()[0].ru_maxrss
+ticks = itertools.count()
+def lie():
+    used = types.SimpleNamespace(ru_utime={value}, ru_stime=0.0, ru_maxrss=rss)
+    return used, types.SimpleNamespace(ru_utime=0.0, ru_stime=0.0)
+worker._rusage = lie
+"""
+LIES = {"nan": "float('nan')", "negative": "-1e9", "infinite": "float('inf')", "too much": "1e12"}
+
+
+@pytest.fixture
+def restore_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process the lie is told in the host's own runner module: put it back afterwards."""
+    import genpark_repl_tools._runner as runner
+
+    monkeypatch.setattr(runner, "_cpu_ms", runner._cpu_ms)
+
+
+@pytest.mark.parametrize("lie", sorted(LIES))
+@pytest.mark.usefixtures("restore_runner")
+def test_a_cpu_time_that_cannot_be_true_is_charged_the_deadline(lie: str) -> None:
+    limits = Limits(timeout_s=1.5, max_session_cpu_s=3)
+    with ReplEngine(policy="trusted", limits=limits) as engine:
+        lied = engine.run(LIE_IN_PROCESS.format(value=LIES[lie]), "s")
+        assert lied.ok, lied.to_observation()
+        usage = engine.usage("s")
+        assert usage.cpu_s == 1.5 and usage.cpu_estimated  # the deadline's worth, never less
+        assert engine.run("1 + 1", "s").ok  # 1.5 s of 3 s: one more run
+        assert engine.run("1 + 1", "s").error.type == "BudgetExceeded"  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("restore_runner")
+def test_a_deadline_set_for_the_call_is_the_one_charged() -> None:
+    with ReplEngine(policy="trusted", limits=Limits(timeout_s=1, max_session_cpu_s=100)) as engine:
+        assert engine.run(LIE_IN_PROCESS.format(value="-5.0"), "s", timeout_s=7).ok
+        assert engine.usage("s").cpu_s == 7
+
+
+def test_a_true_cpu_time_is_charged_as_reported() -> None:
+    with ReplEngine(policy="trusted", limits=Limits(max_session_cpu_s=100)) as engine:
+        result = engine.run(CPU_LOOP, "s")
+        assert result.ok and result.usage.cpu_ms is not None and result.usage.cpu_ms >= 300
+        usage = engine.usage("s")
+        assert not usage.cpu_estimated and usage.cpu_s == pytest.approx(result.usage.cpu_ms / 1000, abs=1e-6)
+        engine.run("x = 1", "s")
+        assert not engine.usage("s").cpu_estimated  # a run near zero is believed too
+
+
+@pytest.mark.parametrize("value", ["-1000.0 * next(ticks)", "float('nan')"])
+def test_a_worker_that_lies_about_its_cpu_cannot_refill_the_budget(value: str) -> None:
+    limits = Limits(timeout_s=2, max_session_cpu_s=3)
+    with ReplEngine(policy="trusted", boundary="subprocess", limits=limits) as engine:
+        engine.run(LIE_IN_WORKER.format(value=value), "s")
+        for _ in range(3):
+            engine.run("1 + 1", "s")
+        usage = engine.usage("s")
+        assert usage.cpu_estimated and usage.cpu_s > 0
+        if value.startswith("-"):  # each run reports going back in time: each is charged 2 s
+            assert usage.refused >= 1 and usage.calls == 2
