@@ -85,7 +85,7 @@ def subprocess_session() -> None:
         first = engine.run("import os\nx = 21", session="w")
         assert first.status == "ok", first.to_observation()
         result = engine.run("os.getpid(), x * 2", session="w")
-        assert result.status == "ok", result.to_observation()
+        assert result.status == "ok" and result.value is not None, result.to_observation()
         pid, answer = result.value.strip("()").split(", ")
         assert answer == "42", result.value
         assert int(pid) != os.getpid(), "the session ran in this process"
