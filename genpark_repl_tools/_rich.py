@@ -39,6 +39,7 @@ import weakref
 from contextvars import Token
 from typing import Any
 
+from ._armed import call_armed
 from ._capture import OutputCapture, TextSink, alone_since, current, enter_execution
 from ._limits import Limits
 from ._models import Attachment
@@ -205,8 +206,6 @@ class FigureRun:
         pyplot = sys.modules.get("matplotlib.pyplot")
         if pyplot is None:
             return  # no figure can be open
-        from ._session import call_armed  # the session module imports this one
-
         note, failure = call_armed(_CLOSE_TIMEOUT_S, None, self._close_all, pyplot)
         if failure is not None:  # only the deadline gets here: _close_all reports the rest
             note = f"Figures could not be closed within {_CLOSE_TIMEOUT_S:g} s."

@@ -16,13 +16,14 @@ from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any
 
+from ._armed import call_armed
 from ._capture import BoundedText, Capture, OutputCapture, TextSink, exit_execution
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell, compile_cell
 from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
 from ._models import Attachment, ErrorInfo, ExecutionResult, Usage, VariableChanges, VariableInfo
 from ._rich import FigureRun
-from ._session import Session, call_armed
+from ._session import Session
 from ._text import clean
 from ._watchdog import ExecutionCancelled, ExecutionTimeout, watchdog
 from .policy._runtime import PolicyRuntime

@@ -14,6 +14,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
+from ._armed import call_armed
 from ._capture import Capture, OutputCapture, capturing
 from ._compile import GUARD_NAME
 from ._exceptions import CapacityError, SessionNotFound, VariableNotFound
@@ -24,7 +25,7 @@ from ._rich import FigureOwner
 from ._watchdog import ExecutionTimeout, Slot, check_expired, watchdog
 from .policy._runtime import PolicyRuntime
 
-__all__ = ["Session", "SessionTable", "call_armed", "call_guarded", "not_defined"]
+__all__ = ["Session", "SessionTable", "call_guarded", "not_defined"]
 
 # A whole variables() listing shares one budget, so many slow reprs cannot stall the caller.
 DESCRIBE_BUDGET_S = 5.0
@@ -265,36 +266,3 @@ def call_guarded(
     if failure is not None:
         raise failure
     return value
-
-
-def call_armed(
-    timeout_s: float, owner: Session | None, fn: Any, *args: Any
-) -> tuple[Any, BaseException | None]:
-    """`fn(*args)` under the watchdog: (its value, None) or (None, the exception it raised).
-
-    With an `owner`, the slot is published as `owner.running` while `fn` runs, for `interrupt()`.
-
-    `slot.done = True` is a plain store right after `fn` returns, in this frame, before any call:
-    no pending injection can surface in between (see _watchdog). An injection already under way can
-    still surface in the first `release`; after it none can follow.
-    """
-    slot = watchdog.arm(timeout_s)
-    if owner is not None:
-        owner.running = slot
-        if owner.cancel_pending:
-            watchdog.cancel(slot)
-    value: Any = None
-    failure: BaseException | None = None
-    try:
-        value = fn(*args)
-        slot.done = True
-    except BaseException as exc:
-        slot.done = True
-        failure = exc
-    try:
-        watchdog.release(slot)
-    except ExecutionTimeout:
-        watchdog.release(slot)
-    if owner is not None:
-        owner.running = None
-    return value, failure
