@@ -17,7 +17,7 @@ from .._models import AuditFinding
 from ._rules import GEN_UNSAFE_EXCEPTIONS, StaticRules, nfkc
 from ._walk import bound_names, dispatch_table, push_children
 
-__all__ = ["NEEDS_REWRITE", "audit", "format_refusal", "is_generator"]
+__all__ = ["NEEDS_REWRITE", "audit", "format_refusal", "is_generator", "routed_refusal"]
 
 _MAX_FINDINGS = 10
 
@@ -155,6 +155,8 @@ def format_refusal(fmt: str, rules: StaticRules, depth: int = 0) -> str | None:
         for is_attr, key in parts:
             if is_attr:
                 refusal = rules.attribute_refusal(str(key))
+                if refusal is None and nfkc(str(key)) in rules.routed:
+                    refusal = routed_refusal(str(key), "a format field")
                 if refusal is not None:
                     return f"format field '{{{field_name}}}': {refusal}"
         if spec and depth < 2:
@@ -162,6 +164,16 @@ def format_refusal(fmt: str, rules: StaticRules, depth: int = 0) -> str | None:
             if nested is not None:
                 return nested
     return None
+
+
+def routed_refusal(name: str, where: str) -> str:
+    """Why `where` (a format field, a pandas expression) may not read the routed attribute `name`:
+    its reads are checked at run time (pathlib's `parser` is the os.path module), and `where` looks
+    attributes up itself, past the check."""
+    return (
+        f"attribute '{name}' is checked when code reads it, and {where} would skip the check; "
+        "read it in code first and use the value"
+    )
 
 
 def is_generator(node: ast.FunctionDef | ast.Lambda) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 from typing import Any
 
-from ._audit import format_refusal
+from ._audit import format_refusal, routed_refusal
 from ._audithook import MARK, SandboxState, plain_path
 from ._errors import PolicyViolation
 from ._imports import (
@@ -313,6 +313,8 @@ class SessionGuards:
             if value is type:
                 return self.type_guard
             raise self._metaclass_refusal(name, value)
+        if isinstance(value, ModuleType) and not isinstance(value, ModuleView):
+            return self._module_attribute(name, value)
         if name in ("format", "format_map"):
             checked = self._checked_format(value, name)
             if checked is not value:
@@ -360,6 +362,18 @@ class SessionGuards:
         if callable(value) and module_of_callable(value).startswith("pandas."):
             return self._checked_pandas(value, name)
         return value
+
+    def _module_attribute(self, name: str, module: ModuleType) -> ModuleView:
+        """An attribute that is a real module (pathlib's `parser` is os.path): its view, as a module
+        view gives for its own module attributes, or refused when the policy does not admit it."""
+        module_name = str(module.__name__)
+        refusal = self.rules.import_refusal(module_name)
+        if refusal is not None:
+            raise PolicyViolation(
+                f"reading '{name}' is not allowed under policy '{self.rules.name}': it is the module "
+                f"'{module_name}', which the policy does not admit; use the object's own methods instead"
+            )
+        return self.view(module_name)
 
     def _format_sink(self, value: Any, name: str) -> Any:
         """matplotlib calls that keep a format string and apply it later (tick formatters, labels)."""
@@ -1473,18 +1487,24 @@ def _plain_strings(value: Any, depth: int = 0) -> Any:
 
 
 def _expression_refusal(expr: str, rules: StaticRules) -> str | None:
-    """pandas expressions resolve names and attributes themselves: refuse private and internal ones."""
-    word = ""
+    """pandas expressions resolve names and attributes themselves: refuse private and internal ones,
+    and routed attributes (`@p.parser`; a column named like one, `type == 'a'`, is still a name)."""
+    word, attribute, last = "", False, ""
     for ch in nfkc(expr) + " ":
         if ch.isalnum() or ch == "_":
+            if not word:
+                attribute = last == "."
             word += ch
             continue
         if word and not word[0].isdigit():
             if word.startswith("_"):
                 return rules.attribute_refusal(word) or f"name '{word}' is not allowed"
             refusal = rules.attribute_refusal(word)
+            if refusal is None and attribute and word in rules.routed:
+                refusal = routed_refusal(word, "a pandas expression")
             if refusal is not None:
                 return refusal
+        last = ch if not ch.isspace() else "a" if word else last  # the last token's last character
         word = ""
     return None
 

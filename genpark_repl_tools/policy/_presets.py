@@ -189,6 +189,10 @@ ATTRIBUTE_RULES = AttributeRules(
         "colorbar",
         # functools.cached_property.lock (Python 3.11) is shared by every instance of the host's class
         "lock",
+        # pathlib's classes hold the real os.path module (posixpath, ntpath) as `parser` (Python 3.13+)
+        # and, on 3.15, PureWindowsPath also as `ntpath` (imported in its class body)
+        "parser",
+        "ntpath",
     ),
     class_dunders=_CLASS_DUNDERS,
     class_dunder_names=("__slots__", "__hash__"),

@@ -163,3 +163,55 @@ def test_withheld_module_attributes_say_why(engine: ReplEngine, code: str, messa
 )
 def test_module_contents_work(engine: ReplEngine, code: str, value: str) -> None:
     assert ok(run(engine, code)).value == value
+
+
+# pathlib's classes hold the real os.path module (posixpath or ntpath) as `parser` from Python 3.13 on:
+# its `os` attribute is the host's os module (os.environ: the host's secrets). Each way code reads an
+# attribute by name goes through the same check.
+PATH = "import pathlib\np = pathlib.PurePath('a')\n"
+PARSER_READS = {
+    "attribute": PATH + "p.parser.os.environ",
+    "class attribute": PATH + "pathlib.PureWindowsPath.parser",
+    "getattr": PATH + "getattr(p, 'par' + 'ser')",
+    "attrgetter": PATH + "import operator\noperator.attrgetter('parser.os')(p)",
+    "methodcaller": PATH + "import operator\noperator.methodcaller('parser')(p)",
+    "format field": PATH + "'{0.parser.os.environ}'.format(p)",
+    "format field built at run time": PATH + "('{0.par' + 'ser.os.environ}').format(p)",
+    "format_map field": PATH + "'{p.parser.sep}'.format_map({'p': p})",
+}
+
+
+@pytest.mark.parametrize("code", PARSER_READS.values(), ids=PARSER_READS.keys())
+def test_a_real_module_held_by_a_library_class_is_refused(engine: ReplEngine, code: str) -> None:
+    pathlib = pytest.importorskip("pathlib")
+    if engine.policy.name == "strict":
+        pytest.skip("pathlib is not allowed under strict")
+    if not hasattr(pathlib.PurePath, "parser"):
+        pytest.skip("pathlib's classes hold no os.path module before Python 3.13")
+    message = refusal(run(engine, code))
+    assert "'parser'" in message, message
+
+
+def test_a_real_module_in_a_pandas_expression_is_refused(engine: ReplEngine) -> None:
+    pytest.importorskip("pandas")
+    if engine.policy.name == "strict":
+        pytest.skip("pandas is not allowed under strict")
+    code = PATH + "import pandas as pd\npd.DataFrame({'a': [1]}).eval('@p . parser', engine='python')"
+    assert "attribute 'parser' is checked when code reads it" in refusal(run(engine, code))
+
+
+def test_names_read_through_the_check_still_work(engine: ReplEngine) -> None:
+    """A module view under such a name is handed out; paths and columns named like one work."""
+    code = "import json\nclass C:\n    parser = json\nC.parser.dumps([1])"
+    assert ok(run(engine, code)).value == "'[1]'"
+    if engine.policy.name == "strict":
+        return
+    code = (
+        PATH + "w = pathlib.PureWindowsPath('c:/x/y')\n"
+        "(pathlib.PurePath('a/b').parts, p / 'b' == pathlib.PurePath('a/b'), w.parent.name, w.drive)"
+    )
+    assert ok(run(engine, code)).value == "(('a', 'b'), True, 'x', 'c:')"
+    pytest.importorskip("pandas")
+    code = "import pandas as pd\ndf = pd.DataFrame({'type': [1, 2], 'parser': [3, 4]})\n"
+    code += "(len(df.query('type == 1')), int(df.eval('parser + type').sum()))"
+    assert ok(run(engine, code)).value == "(1, 10)"
