@@ -66,6 +66,7 @@ _FRAME_NAMES = frozenset(
     }
 )
 _GLOBAL_STORES = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
+_IMPORTS = frozenset({"IMPORT_NAME", "IMPORT_FROM"})
 _MUTABLE = (dict, list, set, bytearray, deque)
 _LOCK_TYPES = (
     type(threading.Lock()),
@@ -384,12 +385,16 @@ _global_store_cache: dict[types.CodeType, bool] = {}
 
 def _stores_globals(code: types.CodeType) -> bool:
     """Whether `code` rebinds a global, or writes an item or attribute of an object it loads as a global
-    (`registry[key] = value`, `settings.flag = value`): state of the module, shared by everyone."""
+    (`registry[key] = value`, `settings.flag = value`): state of the module, shared by everyone.
+
+    A lazy import (`global heapq; import heapq` in Counter.most_common, `from _sha2 import sha512 as
+    _sha512` in Random.seed) binds what the import system returns, the same for every caller: not a
+    setter."""
     hit = _global_store_cache.get(code)
     if hit is None:
         ops = [ins for ins in dis.get_instructions(code) if ins.opname not in ("CACHE", "EXTENDED_ARG")]
         hit = any(
-            ins.opname in _GLOBAL_STORES
+            (ins.opname in _GLOBAL_STORES and not (i >= 1 and ops[i - 1].opname in _IMPORTS))
             or (ins.opname == "STORE_ATTR" and i >= 1 and ops[i - 1].opname == "LOAD_GLOBAL")
             or (ins.opname == "STORE_SUBSCR" and _container_is_global(ops, i))
             for i, ins in enumerate(ops)
@@ -405,12 +410,17 @@ def _stores_on_self(code: types.CodeType) -> bool:
     first = code.co_varnames[0]
     ops = [ins for ins in dis.get_instructions(code) if ins.opname not in ("CACHE", "EXTENDED_ARG")]
     return any(
-        ins.opname == "STORE_ATTR"
-        and i >= 1
-        and ops[i - 1].opname.startswith("LOAD_FAST")
-        and ops[i - 1].argval == first
+        ins.opname == "STORE_ATTR" and i >= 1 and _last_local(ops[i - 1]) == first
         for i, ins in enumerate(ops)
     )
+
+
+def _last_local(ins: dis.Instruction) -> str | None:
+    """The local an instruction leaves on top of the stack, if it loads locals: Python 3.13+ loads the
+    value and the owner of `self.x = value` with one instruction, whose argval names both."""
+    if not ins.opname.startswith("LOAD_FAST"):
+        return None
+    return str(ins.argval[-1] if isinstance(ins.argval, tuple) else ins.argval)
 
 
 def _container_is_global(ops: list[dis.Instruction], i: int) -> bool:
@@ -424,6 +434,11 @@ def _container_is_global(ops: list[dis.Instruction], i: int) -> bool:
         except ValueError:
             return False
         j -= 1
+    if need < 0:
+        # The key's last instruction pushed the container too: a superinstruction that loads two
+        # locals at once (3.13's LOAD_FAST_LOAD_FAST for `data[mask] = value`). Anything else that
+        # pushes two values counts as a global container, so the walk errs towards reporting.
+        return not ops[j + 1].opname.startswith("LOAD_FAST")
     while j >= 0 and ops[j].opname == "LOAD_ATTR":
         j -= 1
     return j >= 0 and ops[j].opname == "LOAD_GLOBAL"
@@ -509,6 +524,10 @@ REVIEWED: dict[str, str] = {
     "(MaskedConstant.__setattr__), so its mask and fill-value setters raise",
     "uuid.getnode": "caches the host's MAC address in a module global: the same value for everyone",
     "uuid.uuid1": "calls getnode() (above)",
+    "uuid.uuid6": "keeps the last timestamp in module globals so that the process's ids stay unique and "
+    "ordered: shared by design, and a session's calls only advance it, as any caller's do",
+    "uuid.uuid7": "keeps the last timestamp and counter in module globals so that the process's ids stay "
+    "unique and ordered: shared by design, and a session's calls only advance them, as any caller's do",
     "urllib.parse.quote_from_bytes": "memoizes quoters per set of safe characters in a module global "
     "(Python 3.10's pathlib exposes it as pathlib.urlquote_from_bytes): the same result for everyone",
     "base64.b85encode": "builds its lookup tables once in module globals",

@@ -58,6 +58,27 @@ def registry_setter(name: str, value: Any) -> None:
     _registry[name.lower()] = value
 
 
+_lazy: Any = None
+
+
+def lazy_import() -> Any:
+    global _lazy  # the pattern under test: a module imported on first use
+    if _lazy is None:
+        from json import dumps as _lazy
+    return _lazy
+
+
+def lazy_import_then_setter(value: int) -> None:
+    global _lazy, _setting  # the lazy import does not hide the setter beside it
+    import json as _lazy
+
+    _setting = value
+
+
+def masks_its_own(data: Any, mask: Any) -> None:
+    data[mask] = 0.0  # a local container and key, loaded by one instruction on Python 3.13+
+
+
 class _Permissive:
     """Guards that allow every write: the route a forwarding setter opens when nothing checks it."""
 
@@ -94,6 +115,22 @@ def test_the_walker_finds_frames_and_entry_points() -> None:
 def test_the_walker_finds_stack_walkers_and_global_setters() -> None:
     found = opened({"api": frame_depth_api, "setter": global_setter, "registry": registry_setter})
     assert {("frame-depth", "api"), ("global-setter", "setter"), ("global-setter", "registry")} <= found
+
+
+def test_the_walker_tells_lazy_imports_and_local_writes_from_global_setters() -> None:
+    found = opened({"lazy": lazy_import, "both": lazy_import_then_setter, "own": masks_its_own})
+    assert ("global-setter", "both") in found
+    assert not any(path in ("lazy", "own") for _, path in found)
+
+
+def test_the_walker_reads_routed_names_through_the_guards() -> None:
+    class Holder:
+        helper = sys.modules["os"]
+        parser = sys.modules["posixpath"]  # the guards refuse reading a real module by a routed name
+
+    found = opened({"holder": Holder})
+    assert ("module", "holder.helper") in found
+    assert not any(path.startswith("holder.parser") for _, path in found)
 
 
 def test_the_walker_finds_pandas_expression_apis_handed_out_unguarded() -> None:

@@ -133,6 +133,18 @@ def test_random_seed_is_the_session_s(engine: ReplEngine) -> None:
     assert random.getstate() == host
 
 
+def test_random_seed_from_text_is_the_session_s(engine: ReplEngine) -> None:
+    """A str seed goes through sha512, which Python 3.13+ imports into random's globals on first use:
+    the session's generator is seeded, the host's is not."""
+    host = random.getstate()
+    a, b = sessions()
+    code = "import random\nrandom.seed('text')\n[random.random(), random.Random('text').random()]"
+    first, own = ok(engine.run(code, session=a)).value.strip("[]").split(", ")
+    assert first == own == repr(random.Random("text").random())
+    assert ok(engine.run(code, session=b)).value == f"[{first}, {own}]"
+    assert random.getstate() == host
+
+
 def test_class_level_tables_are_the_session_s(engine: ReplEngine) -> None:
     import calendar
     import textwrap
