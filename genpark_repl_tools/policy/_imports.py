@@ -105,7 +105,10 @@ class _ViewBuilder:
                 continue  # modules are resolved (and checked) on first access; metaclasses never
             content[attr] = self.adapt(attr, value)
             public.append(attr)
-        version = getattr(real, "__version__", None)
+        # From the module's own names; a computed one is read when code asks for it (`missing`):
+        # Python 3.15's json and re answer __version__ with a DeprecationWarning, which must not
+        # warn in every import.
+        version = vars(real).get("__version__")
         if isinstance(version, str):
             content["__version__"] = version
         real_all = getattr(real, "__all__", None)
@@ -125,6 +128,12 @@ class _ViewBuilder:
     def missing(self, attr: str) -> Any:
         """The view's module-level __getattr__: names not copied at creation."""
         name, rules = self.name, self.rules
+        if attr == "__version__":  # computed by the module (matplotlib's), or deprecated (see build)
+            version = getattr(self.real, attr, None)
+            if not isinstance(version, str):
+                raise AttributeError(f"module '{name}' has no attribute '{attr}'")
+            self.content[attr] = version
+            return version
         if attr in self.hidden:
             raise AttributeError(
                 f"'{name}.{attr}' is not available under policy '{rules.name}': {self.hidden[attr]}"

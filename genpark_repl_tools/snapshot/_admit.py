@@ -72,7 +72,11 @@ _REVIEWED: dict[str, tuple[str, frozenset[str]]] = {
     "pandas.core.internals.managers": ("pandas", frozenset({"BlockManager", "SingleBlockManager"})),
 }
 # Modules whose public classes are re-exported by a public module the policy names.
-_ALIASES = {"pandas._libs.tslibs.offsets": "pandas.tseries.offsets", "_operator": "operator"}
+_ALIASES = {
+    "pandas._libs.tslibs.offsets": "pandas.tseries.offsets",
+    "_operator": "operator",
+    "pathlib._local": "pathlib",  # Python 3.13's paths
+}
 
 
 def import_by_name(table: dict[str, Any], name: str) -> Any:

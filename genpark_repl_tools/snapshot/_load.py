@@ -38,7 +38,7 @@ from ._format import SessionSnapshot, SnapshotError, SnapshotRefused
 __all__ = ["restore_snapshot"]
 
 _LOAD_TIMEOUT_S = 60.0
-_DATACLASS_PARAMS = frozenset({"init", "repr", "eq", "order", "unsafe_hash", "frozen"})
+_DATACLASS_PARAMS = frozenset({"init", "repr", "eq", "order", "unsafe_hash", "frozen", "slots"})
 _FUNCTION_DICT_DUNDERS = frozenset({"__wrapped__"})
 
 
@@ -374,6 +374,8 @@ def version_warnings(python: str, libraries: dict[str, str]) -> list[str]:
     if python.split(".")[:2] != here.split(".")[:2]:
         warnings.append(f"the snapshot was made with Python {python}; this is Python {here}")
     for name, version in sorted(libraries.items()):
+        if name in sys.stdlib_module_names:
+            continue  # older snapshots recorded json's and re's: the Python version above covers them
         module = sys.modules.get(name)
         current = getattr(module, "__version__", None) if module is not None else None
         if current is None:

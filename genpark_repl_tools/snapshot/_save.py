@@ -243,6 +243,8 @@ class _Context(SessionScope):
             keywords["metaclass"] = type(cls)
         params = cls.__dict__.get("__dataclass_params__")
         dataclass = {k: getattr(params, k) for k in _DATACLASS_PARAMS} if params is not None else None
+        if dataclass is not None and "__slots__" in vars(cls) and "__slots__" not in code.co_names:
+            dataclass["slots"] = True  # made by the decorator (slots=True), not by the class body
         state = {} if _is_enum(cls) else self.class_state(cls, code)
         args = (filename, index, cls.__name__, cls.__qualname__, tuple(bases), keywords, dataclass)
         return (markers.klass, args, state, None, None, markers.class_state)
@@ -276,9 +278,14 @@ class _Context(SessionScope):
 
     def class_state(self, cls: type, body: CodeType) -> dict[str, Any]:
         from_body = [c for c in body.co_consts if isinstance(c, CodeType)]
+        dataclass = "__dataclass_params__" in vars(cls)
         state = {}
         for key, value in vars(cls).items():
             if key in _CLASS_SKIP or isinstance(value, _MADE_WITH_CLASS):
+                continue
+            if dataclass and key.startswith("__") and getattr(value, "__module__", None) == "dataclasses":
+                # the decorator's own functions (Python 3.13's __replace__, __getstate__/__setstate__
+                # of frozen slotted ones): the restore applies the decorator again
                 continue
             code = _code_of(value)
             if code is not None and any(code is c or code == c for c in from_body):
@@ -395,11 +402,15 @@ def module_name(module: ModuleType) -> str:
 
 
 def library_versions(tops: set[str]) -> dict[str, str]:
+    """The versions of the libraries the values come from. The standard library's are the Python
+    version, recorded apart (and Python 3.15 deprecates json's and re's own __version__)."""
     versions = {}
     for top in sorted(tops):
         module = sys.modules.get(top)
-        version = getattr(module, "__version__", None) if module is not None else None
-        if isinstance(version, str) and top not in ("builtins", "__main__"):
+        if module is None or top in sys.stdlib_module_names or top == "__main__":
+            continue
+        version = getattr(module, "__version__", None)
+        if isinstance(version, str):
             versions[top] = version
     return versions
 

@@ -106,6 +106,32 @@ def test_classes_instances_and_dataclasses(engines: list[ReplEngine], policy: st
     assert value(engine, "Point(6, 8).norm()") == "20.0"
 
 
+FROZEN = """
+from dataclasses import dataclass, replace
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    a: int
+    b: int = 2
+
+pair = Pair(1)
+"""
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_dataclass_decorator_s_own_functions_are_made_again(
+    engines: list[ReplEngine], policy: str
+) -> None:
+    """Functions of the dataclasses module the decorator puts on a class (a frozen slotted class's
+    __getstate__/__setstate__, Python 3.13's __replace__) come back with the decorator, not by name."""
+    engine, snapshot = round_trip(engines, policy, FROZEN)
+    assert snapshot.manifest.not_saved == []
+    assert (
+        value(engine, "(pair, replace(pair, b=3), pair == Pair(1))")
+        == "(Pair(a=1, b=2), Pair(a=1, b=3), True)"
+    )
+
+
 # The restricted loader's reviewed pandas reconstructors are pandas 3's; pandas 2 (all Python 3.10 has)
 # pickles DataFrames through functions it does not admit, so under `standard` they are not saved.
 _OLD_PANDAS = int(importlib.metadata.version("pandas").split(".")[0]) < 3
@@ -224,6 +250,18 @@ def test_version_mismatch_is_reported_plainly() -> None:
     assert any("Python 3.1.0" in w for w in warnings)
     assert any("numpy 0.0.1" in w for w in warnings)
     assert any("not installed" in w for w in warnings)
+
+
+def test_standard_library_versions_are_the_python_version() -> None:
+    """json's and re's own __version__ (deprecated in Python 3.15) is neither recorded nor compared."""
+    import platform
+
+    from genpark_repl_tools.snapshot._load import version_warnings
+    from genpark_repl_tools.snapshot._save import library_versions
+
+    pytest.importorskip("numpy")
+    assert set(library_versions({"json", "re", "decimal", "numpy"})) == {"numpy"}
+    assert version_warnings(platform.python_version(), {"json": "0.1", "re": "0.1"}) == []
 
 
 def test_a_value_that_fails_to_rebuild_does_not_take_the_others(engines: list[ReplEngine]) -> None:

@@ -165,6 +165,16 @@ def test_module_contents_work(engine: ReplEngine, code: str, value: str) -> None
     assert ok(run(engine, code)).value == value
 
 
+def test_a_module_s_version_is_read_when_asked(engine: ReplEngine) -> None:
+    """matplotlib computes __version__ on first read; a view answers it then, as the module would."""
+    matplotlib = pytest.importorskip("matplotlib")
+    if engine.policy.name == "strict":
+        pytest.skip("matplotlib is not allowed under strict")
+    code = "import matplotlib, numpy\n(matplotlib.__version__, numpy.__version__)"
+    numpy = sys.modules["numpy"]
+    assert ok(run(engine, code)).value == repr((matplotlib.__version__, numpy.__version__))
+
+
 # pathlib's classes hold the real os.path module (posixpath or ntpath) as `parser` from Python 3.13 on:
 # its `os` attribute is the host's os module (os.environ: the host's secrets). Each way code reads an
 # attribute by name goes through the same check.
