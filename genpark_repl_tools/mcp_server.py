@@ -20,6 +20,7 @@ Needs the `mcp` extra: `pip install 'genpark-repl-tools[mcp]'`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -40,6 +41,7 @@ from ._engine import ReplEngine
 from ._exceptions import MissingDependency, ReplError
 from ._models import ExecutionResult, FileInfo, VariableInfo
 from ._stream import FigureEvent, OutputEvent
+from ._text import escape_name
 from .tools import ToolReply
 
 
@@ -283,7 +285,7 @@ class _ReplTools:
         client = _CLIENT.get()
         session_id, live = await self._handle(session_id)
         engine_id = client + session_id
-        async with self._starting_session(engine_id, new_session):
+        async with self._starting_session(engine_id, await self._not_live(engine_id)):
             reply = await tools.arun_python(self._engine, code, engine_id, _progress(ctx))
         if reply.result is not None:
             self._issue(engine_id)
@@ -336,6 +338,7 @@ class _ReplTools:
         new_session = session_id is None
         session_id, _ = await self._handle(session_id)
         engine_id = _CLIENT.get() + session_id
+        starting = await self._not_live(engine_id)
         data: bytes | str = content
         if content_base64:
             import base64
@@ -347,7 +350,7 @@ class _ReplTools:
                 raise ToolError(
                     f"content is not valid base64 ({exc}); send text with content_base64=false"
                 ) from exc
-        async with self._starting_session(engine_id, new_session):
+        async with self._starting_session(engine_id, starting):
             reply = await tools.aupload_file(self._engine, name, data, engine_id)
         if not reply.is_error:
             self._issue(engine_id)
@@ -384,7 +387,7 @@ class _ReplTools:
                 found.append(
                     MCPResource(
                         uri=FILE_URI.format(session_id=handle, name=quote(info.name, safe="")),
-                        name=info.name,
+                        name=escape_name(info.name),
                         description=f"File of session {handle} ({info.size:,} bytes)",
                         mime_type=info.type,
                         size=info.size,
@@ -412,10 +415,15 @@ class _ReplTools:
         await self._require_session(session_id)
         return _CLIENT.get() + session_id
 
+    async def _not_live(self, engine_id: str) -> bool:
+        """Whether a call on `engine_id` starts it: a new session, or one woken from the store or
+        started again after it was closed."""
+        return engine_id not in await anyio.to_thread.run_sync(self._engine.sessions)
+
     @contextlib.asynccontextmanager
     async def _starting_session(self, engine_id: str, new: bool) -> AsyncIterator[None]:
-        """Around the call that may start session `engine_id`: a `new` one is counted against its
-        client's limit before the first await, so concurrent calls cannot all pass the limit."""
+        """Around the call that may start session `engine_id`: a `new` one (not live) is counted
+        against its client's limit before the first await, so concurrent calls cannot all pass it."""
         if not new:
             yield
             return
@@ -431,12 +439,20 @@ class _ReplTools:
         if self._max_sessions is None:
             return
         live = await anyio.to_thread.run_sync(self._engine.sessions)
-        others = len({sid for sid in (*live, *self._starting) if sid.startswith(client)} - {new})
+        # Hibernated sessions count as much as live ones: each handle can wake its own, so a client
+        # could otherwise open new sessions while its old ones sleep, then wake them all.
+        resumable: list[str] = []
+        store = self._engine.store
+        if store is not None:
+            entries = await anyio.to_thread.run_sync(store.list)
+            resumable = [entry.session for entry in entries]
+        held = {sid for sid in (*live, *resumable, *self._starting) if sid.startswith(client)}
+        others = len(held - {new})
         if others >= self._max_sessions:
             raise ToolError(
                 f"this client already has {self._max_sessions} sessions, the server's limit per client: "
                 "pass the session_id of one of them to keep working there (reset_session empties it), or "
-                "wait until an idle one is closed."
+                "wait until an idle one is closed. Sessions saved in the store count too."
             )
 
     async def _require_session(self, session_id: str, *, running: bool = False) -> bool:
@@ -648,6 +664,21 @@ class HttpLimits(BaseModel):
     calls_per_client: int | None = Field(default=4, gt=0, description="Tool calls running at once.")
     sessions_per_client: int | None = Field(default=16, gt=0, description="Live sessions (handles).")
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Largest HTTP request body.")
+    # Connections are capped and timed before any token is read: those limits are per peer address
+    # and for the whole server, not per client.
+    max_connections: int | None = Field(
+        default=256,
+        gt=0,
+        description="Open connections, all peers together (serve_http: at most half the open-file limit).",
+    )
+    connections_per_peer: int | None = Field(
+        default=32, gt=0, description="Open connections from one address."
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a request's headers may take to arrive; slower ones are closed.",
+    )
 
 
 def is_loopback(host: str) -> bool:
@@ -832,9 +863,118 @@ def serve_http(
         shown = f"[{host.strip('[]')}]" if ":" in host else host
         print(f"genpark-repl: MCP over HTTP at http://{shown}:{bound}{path}", file=sys.stderr, flush=True)
         config = uvicorn.Config(
-            app, log_level=log_level.lower(), timeout_graceful_shutdown=5, server_header=False
+            app,
+            log_level=log_level.lower(),
+            timeout_graceful_shutdown=5,
+            server_header=False,
+            http=_guarded_h11(limits or HttpLimits()),
         )
-        anyio.run(uvicorn.Server(config).serve, [sock])
+        anyio.run(_serve, uvicorn.Server(config), sock)
+
+
+async def _serve(server: Any, sock: socket.socket) -> None:
+    # At the open-file limit asyncio stops accepting for a second and reports the error through the
+    # loop's exception handler; the default one logs through whatever handler the app installed (the
+    # SDK's imports a module to format it, which fails for want of a descriptor, and that escaped the
+    # loop: the server exited with every client's sessions). This one never raises.
+    asyncio.get_running_loop().set_exception_handler(_report_loop_error)
+    await server.serve([sock])
+
+
+_loop_errors = {"last": 0.0}
+_LOOP_ERROR_EVERY_S = 10.0  # a flood at the open-file limit fails every accept: one line per period
+
+
+def _report_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    now = loop.time()
+    if now - _loop_errors["last"] < _LOOP_ERROR_EVERY_S:
+        return
+    _loop_errors["last"] = now
+    with contextlib.suppress(Exception):
+        exc = context.get("exception")
+        detail = f": {exc}" if exc is not None else ""
+        print(
+            f"genpark-repl: {context.get('message', 'event loop error')}{detail}", file=sys.stderr, flush=True
+        )
+
+
+def _from(connections: Any, address: str) -> int:
+    """How many of uvicorn's open connections come from `address`."""
+    return sum(1 for c in connections if (getattr(c, "client", None) or ("",))[0] == address)
+
+
+def _open_file_limit() -> int | None:
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def _guarded_h11(limits: HttpLimits) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with the connection limits of `limits`.
+
+    Security model: everything here happens before a token is read, so it holds against anyone who
+    can connect. A connection past `max_connections` (capped at half the open-file limit, so the
+    engine keeps descriptors for its sessions) or past `connections_per_peer` from its address is
+    closed at once; a request whose headers have not all arrived `header_timeout_s` after the
+    connection opened (or after the previous response) is closed, so a client that sends a request
+    slowly cannot hold a connection. Idle keep-alive connections are closed by uvicorn.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    overall = limits.max_connections
+    files = _open_file_limit()
+    if files is not None:
+        overall = min(overall or files, max(1, files // 2))
+    per_peer = limits.connections_per_peer
+    timeout = limits.header_timeout_s
+
+    class GuardedH11(H11Protocol):
+        refused = False
+        _headers_due: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            peer = transport.get_extra_info("peername")
+            address = peer[0] if isinstance(peer, tuple) else None
+            open_ = self.connections
+            if (overall is not None and len(open_) >= overall) or (
+                per_peer is not None and address is not None and _from(open_, address) >= per_peer
+            ):
+                self.refused = True
+                transport.abort()
+                return
+            super().connection_made(transport)
+            self._headers_due = self.loop.call_later(timeout, self._too_slow)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.refused:
+                return
+            if self._headers_due is not None:
+                self._headers_due.cancel()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self.refused:
+                return
+            super().data_received(data)
+            if self._headers_due is not None and self.conn.their_state is not h11.IDLE:
+                self._headers_due.cancel()  # the request's headers are all in
+                self._headers_due = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self._headers_due is None:
+                self._headers_due = self.loop.call_later(timeout, self._too_slow)
+
+        def _too_slow(self) -> None:
+            self._headers_due = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedH11
 
 
 @contextlib.contextmanager
