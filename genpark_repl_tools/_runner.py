@@ -39,6 +39,10 @@ OUT_OF_MEMORY = "out of memory"
 _perf_counter = time.perf_counter
 _thread_time_ns = time.thread_time_ns  # the run's CPU time: that of the thread that runs the cell
 _monotonic = time.monotonic
+# Python 3.15's traceback imports _colorize lazily, on the first exception it formats, and importing it
+# builds dataclasses from generated code, which a restricted execution's audit hook refuses: format one
+# now, in host code before any execution, so a refusal never reads "<unprintable message>".
+"".join(_traceback.TracebackException(Exception, Exception(), None).format())
 
 
 def run_cell(
