@@ -131,6 +131,10 @@ class BaseBoundary(ABC):
         """
         raise NotImplementedError(f"the {self.name} boundary does not restore snapshots")
 
+    # Checkpoints: a boundary whose sessions survive a cell that takes their process down (the
+    # session goes back to its state before the cell) says so here; the conformance suite tests it.
+    supports_rollback = False
+
     def hibernate(self, session: str) -> bool:
         """Stop an idle session's process, keeping its files (its state is in the session store);
         False if it is busy, unknown, or this boundary has nothing to stop."""

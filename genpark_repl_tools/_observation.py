@@ -34,6 +34,8 @@ def render_observation(result: ExecutionResult, max_chars: int | None = None) ->
     budget = max(200, max_chars or DEFAULT_MAX_CHARS)
     error = result.error
     fixed = [_RESTARTED, _status_line(result)] if result.session_restarted else [_status_line(result)]
+    if result.rolled_back:
+        fixed.append(_ROLLED_BACK)
     if error is not None or result.status == "blocked":
         fixed.extend(_location(result))
     tail: list[str] = []
@@ -79,6 +81,11 @@ def render_observation(result: ExecutionResult, max_chars: int | None = None) ->
 
 
 _RESTARTED = "Note: this session was restarted before this run; variables from earlier runs are gone."
+# Whichever way the session went back (a checkpoint, or the store's last snapshot), in one wording.
+_ROLLED_BACK = (
+    "Rolled back: the variables from before this cell are intact; this cell's changes to them are "
+    "gone. Files it wrote in the workspace stay."
+)
 
 
 def _status_line(result: ExecutionResult) -> str:

@@ -114,6 +114,10 @@ class SubprocessBoundary(BaseBoundary):
         default_memory_mb  the address-space cap of a worker when Limits.memory_mb is not set
                         (4096 MiB: a memory bomb fails inside its worker, never on the host);
                         None lifts it
+        checkpoints     before each cell the worker forks a paused copy of itself; when the cell
+                        ends the worker (crash, deadline kill of C code, interrupt that had to
+                        kill), the copy becomes the session's worker and the session goes on from
+                        before the cell (default True; Linux with a child subreaper)
     """
 
     name = "subprocess"
@@ -137,6 +141,7 @@ class SubprocessBoundary(BaseBoundary):
         require: Iterable[str] = (),
         python: str | None = None,
         default_memory_mb: int | None = DEFAULT_MEMORY_MB,
+        checkpoints: bool = True,
     ) -> None:
         if limits.memory_mb is None and default_memory_mb is not None:
             # A safe cap unless the caller chose one: the boundary's promise is that a memory bomb
@@ -167,6 +172,7 @@ class SubprocessBoundary(BaseBoundary):
             read_paths=read_paths,
             preload=preload,
             max_processes=max_processes,
+            checkpoints=checkpoints,
         )
         self._pool = WorkerPool(config, worker_env(env), python, limits, max_workers)
         # The finalizer must not reference self: it runs when a boundary is dropped without close().
@@ -271,10 +277,16 @@ class SubprocessBoundary(BaseBoundary):
     def sessions(self) -> list[str]:
         return self._sessions.names()
 
+    @property
+    def supports_rollback(self) -> bool:  # type: ignore[override]  # a class attribute elsewhere
+        """Whether a cell that ends its worker leaves the session as it was before the cell."""
+        return bool(self._pool.hello().get("checkpoints"))
+
     def describe(self) -> dict[str, Any]:
         hello = self._pool.hello()
         return {
             "boundary": self.name,
+            "checkpoints": bool(hello.get("checkpoints")),
             "policy": self.policy.name,
             "enforced": _claims.enforced(hello, self.limits, self.kill_grace_s, self._user_note),
             "unavailable": _claims.unavailable(hello),
@@ -432,7 +444,12 @@ class SubprocessBoundary(BaseBoundary):
             if request.cancelled:  # cancelled between the check above and `running` being set
                 self.interrupt(state.name, request)
             started = time.monotonic()
-            reply = worker.wait(started + timeout + self.kill_grace_s, out, err, rid) if rid else Died()
+            deadline = started + timeout + self.kill_grace_s
+            reply = worker.wait(deadline, out, err, rid) if rid else Died()
+            if isinstance(reply, tuple) and reply[0] == P.NO_CHECKPOINT:  # said before the cell runs
+                worker.no_checkpoint = reply[1][:_FAILED_BYTES].decode("utf-8", "replace")
+                worker.pending = rid
+                reply = worker.wait(deadline, out, err, rid)
         except BaseException:
             self._abandon(state, worker)
             raise
@@ -443,13 +460,19 @@ class SubprocessBoundary(BaseBoundary):
             if result is not None:
                 state.execution_count = result.execution_count
                 _attach_output(result, out, err)
+                if worker.no_checkpoint is not None:
+                    notes.append(
+                        f"No checkpoint was taken before this cell ({worker.no_checkpoint}): a cell "
+                        "that ends the worker process loses the session's variables."
+                    )
+                    worker.no_checkpoint = None
                 if notes:
                     result.notes[:0] = notes
                 return result
             reply = Invalid()
         killed = isinstance(reply, TimedOut)
         interrupted = killed and reply.interrupted  # type: ignore[union-attr]
-        code = self._retire(state, worker, drain=(out, err))
+        code = self._retire(state, worker, drain=(out, err), keep_checkpoint=not state.closed)
         elapsed = time.monotonic() - started
         state.execution_count += 1
         state.lost = "timeout" if killed else "crashed"
@@ -472,7 +495,30 @@ class SubprocessBoundary(BaseBoundary):
         else:
             how = "ended"
         result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, limits)
+        if worker.checkpoint:
+            self._roll_back(state, worker, result, how)
+        elif worker.no_checkpoint is not None:
+            result.notes.append(
+                f"No checkpoint was taken before this cell ({worker.no_checkpoint}), so it could not "
+                "be rolled back."
+            )
         return result
+
+    def _roll_back(
+        self, state: _SessionState, dead: WorkerHandle, result: ExecutionResult, how: _claims.Lost
+    ) -> None:
+        """Make the checkpoint the zygote kept for `dead` the session's worker: the session is as it
+        was before the cell (caller holds state.lock). On failure the result stays a loss."""
+        try:
+            worker = state.worker = self._pool.resume(dead, state.execution_count)
+            self._await_ready(state, worker)
+        except BoundaryError as exc:
+            result.notes.append(f"Rolling back to the checkpoint taken before this cell failed: {exc}")
+            return
+        state.lost = None
+        result.rolled_back = True
+        if result.error is not None:
+            result.error.hint = _claims.rolled_back_hint(how)
 
     def _checked_result(self, state: _SessionState, data: bytes) -> ExecutionResult | None:
         """The worker's result (a RESULT payload) as an ExecutionResult, or None if it is not a
@@ -553,10 +599,15 @@ class SubprocessBoundary(BaseBoundary):
             raise
 
     def _retire(
-        self, state: _SessionState, worker: WorkerHandle, drain: tuple[OutputSink | None, OutputSink | None]
+        self,
+        state: _SessionState,
+        worker: WorkerHandle,
+        drain: tuple[OutputSink | None, OutputSink | None],
+        *,
+        keep_checkpoint: bool = False,
     ) -> int | None:
         """Stop the session's worker for good (see WorkerPool.retire); its exit code."""
-        code = self._pool.retire(worker, drain)
+        code = self._pool.retire(worker, drain, keep_checkpoint=keep_checkpoint)
         if state.worker is worker:
             state.worker = None
         return code

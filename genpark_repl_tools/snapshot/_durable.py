@@ -29,10 +29,9 @@ __all__ = ["Durability", "resolve_key"]
 KEY_ENV = "GENPARK_REPL_SNAPSHOT_KEY"
 _MIN_KEY_BYTES = 16
 _SHOWN_NAMES = 20
-# the subprocess boundary's hint for a lost worker (boundaries/_subprocess/_claims.py), and what a
-# rollback says instead
+# the subprocess boundary's hint for a lost worker (boundaries/_subprocess/_claims.py): a rollback
+# drops it (the observation says the variables are intact: _observation.py)
 LOST_SESSION_HINT = "The session's variables are lost; the next run starts a fresh session."
-ROLLED_BACK_HINT = "The session was rolled back to its state before this cell."
 
 
 def resolve_key(key: bytes | str | None, store: SessionStore | None) -> bytes:
@@ -153,10 +152,9 @@ class Durability:
         self._versions[name] = stored.entry.version
         error = result.error
         if error is not None and error.hint:
-            hint = error.hint.replace(LOST_SESSION_HINT, ROLLED_BACK_HINT)
+            hint = error.hint.replace(LOST_SESSION_HINT, "").strip() or None
             error = error.model_copy(update={"hint": hint})
-        note = "Rolled back: the variables from before this cell are intact; this cell's changes are gone."
-        return result.model_copy(update={"rolled_back": True, "error": error, "notes": [*result.notes, note]})
+        return result.model_copy(update={"rolled_back": True, "error": error})
 
     def catch_up(self, name: str) -> SessionRestore | None:
         """Under the session's lease, bring it up to its stored version (for queries)."""

@@ -39,9 +39,12 @@ def forge(*frames: tuple[int, bytes, int] | tuple[int, bytes, int, int]) -> str:
     return FORGE.format(frames=full)
 
 
+# Checkpoints off: these tests check that a worker that broke the protocol is stopped and its session
+# restarts; with checkpoints its session would go back to before the cell (test_checkpoints.py).
 @pytest.fixture
 def engine() -> Iterator[ReplEngine]:
-    with ReplEngine(policy="trusted", boundary="subprocess", limits=Limits(timeout_s=10)) as engine:
+    limits = Limits(timeout_s=10)
+    with ReplEngine(policy="trusted", boundary="subprocess", limits=limits, checkpoints=False) as engine:
         yield engine
 
 

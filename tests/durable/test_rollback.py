@@ -1,5 +1,6 @@
 """Rollback instead of loss: with a store, a subprocess cell whose worker is killed or dies leaves the
-session as it was before that cell (restored from the last stored snapshot)."""
+session as it was before that cell. Here checkpoints are off, so the store is what brings it back
+(its last stored snapshot); tests/boundaries/test_checkpoints.py covers rollback by checkpoint."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def store(tmp_path: Path) -> Iterator[SQLiteStore]:
         yield store
 
 
-def engine_with(store: SQLiteStore, policy: str = "trusted", **limits: float) -> ReplEngine:
+def engine_with(
+    store: SQLiteStore, policy: str = "trusted", *, checkpoints: bool = False, **limits: float
+) -> ReplEngine:
     return ReplEngine(
         policy=policy,
         boundary="subprocess",
@@ -35,6 +38,7 @@ def engine_with(store: SQLiteStore, policy: str = "trusted", **limits: float) ->
         store=store,
         snapshot_key=KEY,
         kill_grace_s=0.1,
+        checkpoints=checkpoints,
     )
 
 
@@ -94,3 +98,12 @@ def test_the_rolled_back_state_is_what_another_process_finds(store: SQLiteStore)
         assert engine.run("kept.append(4)\nimport os\nos._exit(1)", session="s").rolled_back
     with engine_with(store) as other:
         assert other.run("kept", session="s").value == "[1, 2, 3]"
+
+
+def test_with_checkpoints_a_first_cell_rolls_back_to_the_empty_session(store: SQLiteStore) -> None:
+    # The checkpoint, not the store, brings it back: nothing was stored yet.
+    with engine_with(store, checkpoints=True) as engine:
+        crashed = engine.run("x = 1\nimport os\nos._exit(1)")
+        assert (crashed.status, crashed.rolled_back) == ("crashed", True)
+        after = engine.run("'x' in dir()")
+        assert (after.value, after.session_restarted) == ("False", False)

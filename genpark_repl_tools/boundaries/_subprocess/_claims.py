@@ -127,6 +127,16 @@ def lost_call(
     )
 
 
+def rolled_back_hint(how: Lost) -> str | None:
+    """The hint of a lost call whose session went back to its checkpoint: what to change, without
+    the lost-variables sentence (the observation says the variables are intact)."""
+    if how == "timeout":
+        return "Make the code faster, work on less data, or split the work into several calls."
+    if how == "ended":
+        return "Avoid what ended the process."
+    return None
+
+
 def explain_exit(code: int | None, limits: Limits) -> str:
     """How a worker process ended, in words for the model (`code`: negative for a signal)."""
     if code is None:

@@ -114,6 +114,8 @@ class WorkerHandle:
         self.interrupt_w = interrupt_w  # request ids to stop, for the worker's SIGUSR1 handler
         self.pid: int | None = None
         self.dead = False
+        self.checkpoint = False  # once retired: the zygote holds its checkpoint copy (see resume)
+        self.no_checkpoint: str | None = None  # why the running cell has no checkpoint, if it said
         self.frames = P.FrameBuffer()
         # Every request carries a fresh id and the worker echoes it: `wait` drops the late reply of a
         # call that was abandoned mid-flight instead of handing it to the next caller.
@@ -320,6 +322,7 @@ class ZygoteClient:
         self._cond = threading.Condition()
         self._exits: OrderedDict[str, int] = OrderedDict()
         self._failures: dict[str, str] = {}
+        self._kept: set[str] = set()  # dead workers whose checkpoint copy the zygote holds
         self._hello: dict[str, Any] | None = None
         self._dead = False
         self._proc: subprocess.Popen[bytes] | None = None
@@ -421,17 +424,39 @@ class ZygoteClient:
     # ---- requests -------------------------------------------------------------------------------
 
     def spawn(self, token: str, request: dict[str, Any], fds: list[int]) -> None:
+        self._send_with_fds(P.SPAWN, {"token": token, **request}, fds)
+
+    def _send_with_fds(self, kind: int, message: dict[str, Any], fds: list[int]) -> None:
         ctl = self._ctl
         if ctl is None or not self.alive:
             raise BoundaryError("the zygote is not running")
         with self._send_lock:
             try:
-                P.send_frame(ctl, P.SPAWN, json.dumps({"token": token, **request}).encode(), fds)
+                P.send_frame(ctl, kind, json.dumps(message).encode(), fds)
             except OSError as exc:
                 raise BoundaryError(f"the zygote is not reachable: {exc}") from exc
 
     def kill(self, token: str) -> None:
         self._tell(P.KILL, token)
+
+    def resume(self, token: str, old: str, request: dict[str, Any], fds: list[int]) -> None:
+        """Make the checkpoint copy of dead worker `old` the worker `token` (its READY, or a spawn
+        failure, follows as for `spawn`)."""
+        self._send_with_fds(P.RESUME, {"token": token, "from": old, **request}, fds)
+
+    def discard(self, token: str) -> None:
+        """Drop the checkpoint copy the zygote holds for dead worker `token`, if any."""
+        with self._cond:
+            self._kept.discard(token)
+        self._tell(P.DISCARD, token)
+
+    def kept_checkpoint(self, token: str) -> bool:
+        """Whether the zygote kept a checkpoint copy when worker `token` ended (asked once)."""
+        with self._cond:
+            if token in self._kept:
+                self._kept.discard(token)
+                return True
+            return False
 
     def interrupt(self, token: str) -> None:
         """Ask the worker to stop its running cell (SIGUSR1; the worker turns it into a cancel)."""
@@ -447,7 +472,10 @@ class ZygoteClient:
     def wait_exit(self, token: str, timeout: float) -> int | None:
         """Exit code (negative: signal number) of the worker, once the zygote reaped it."""
         with self._cond:
-            self._cond.wait_for(lambda: token in self._exits or self._dead, timeout)
+            # A worker that never started (a failed spawn or resume) never exits either.
+            self._cond.wait_for(
+                lambda: token in self._exits or token in self._failures or self._dead, timeout
+            )
             return self._exits.pop(token, None)
 
     def forget(self, token: str) -> None:
@@ -491,6 +519,8 @@ class ZygoteClient:
                 self._hello = message
             elif kind == P.EXITED:
                 self._exits[message["token"]] = int(message["code"])
+                if message.get("checkpoint"):
+                    self._kept.add(message["token"])
                 while len(self._exits) > _EXITS_KEPT:
                     self._exits.popitem(last=False)
             elif kind == P.SPAWN_FAILED:

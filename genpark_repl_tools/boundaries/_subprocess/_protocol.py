@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 
 __all__ = [
     "MAX_FRAME",
@@ -25,6 +26,7 @@ __all__ = [
     "decode_exec",
     "encode",
     "encode_exec",
+    "passed_fds",
     "recv_frame",
     "send_frame",
 ]
@@ -55,16 +57,22 @@ SNAPSHOT_DATA = ord("D")  # payload: an unsigned snapshot blob (its last part)
 SNAPSHOT_PART = ord("G")  # a leading part of the SNAPSHOT_DATA that follows
 RESTORED = ord("T")  # payload: SessionRestore JSON
 REFUSED = ord("W")  # payload: {"type", "message", "reason"} of a SnapshotError
+NO_CHECKPOINT = ord("B")  # before the cell runs: why no checkpoint was taken (UTF-8 text)
 # host -> zygote
 CONFIG = ord("C")
 SPAWN = ord("S")
 KILL = ord("K")
 INTERRUPT = ord("I")
 QUIT = ord("Q")
+RESUME = ord("R")  # make a dead worker's checkpoint the worker of a new token (also zygote -> copy)
+DISCARD = ord("D")  # drop a dead worker's checkpoint
 # zygote -> host
 HELLO = ord("H")
 EXITED = ord("X")
 SPAWN_FAILED = ord("F")
+
+# worker -> zygote, on the checkpoint channel: the pid of the copy kept before the cell
+CHECKPOINT_PID = struct.Struct("!i")
 
 # Payloads from this size on are copied out of the receive buffer through a memoryview.
 _VIEW_COPY_BYTES = 64 * 1024
@@ -97,6 +105,16 @@ def decode_exec(payload: bytes) -> tuple[str, float]:
         raise ProtocolError("an EXEC request without its time limit")
     (timeout_s,) = _EXEC_HEAD.unpack_from(payload)
     return payload[_EXEC_HEAD.size :].decode("utf-8", "surrogatepass"), timeout_s
+
+
+def passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors a recvmsg received (SCM_RIGHTS), in order."""
+    fds: list[int] = []
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(cdata) - len(cdata) % 4
+            fds.extend(int.from_bytes(cdata[i : i + 4], sys.byteorder) for i in range(0, usable, 4))
+    return fds
 
 
 def send_frame(

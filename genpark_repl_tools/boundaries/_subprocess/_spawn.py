@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,11 @@ def zygote_config(
     read_paths: Iterable[str | Path],
     preload: Iterable[str],
     max_processes: int | None,
+    checkpoints: bool = True,
 ) -> dict[str, Any]:
     """What the zygote needs to build the runtime and sandbox every worker the same way."""
     return {
+        "checkpoints": checkpoints,
         "policy": policy.model_dump(mode="json"),
         "limits": limits.model_dump(mode="json"),
         "preload": list(preload),
@@ -138,6 +140,18 @@ class WorkerPool:
     def start(self, session: str, workspace: Path, *, restarted: bool) -> WorkerHandle:
         """Fork a worker for `session`; it is ready once `await_ready` returns."""
         self.hello()
+        workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
+        request = {"session": session, "workspace": str(workspace), "restarted": restarted}
+        return self._launch(lambda token, fds: self.zygote.spawn(token, request, fds))
+
+    def resume(self, dead: WorkerHandle, execution_count: int) -> WorkerHandle:
+        """The checkpoint copy the zygote kept for `dead` (see `retire`) as a new worker, with the
+        session's state from before the cell that ended `dead`; ready once `await_ready` returns."""
+        request = {"execution_count": execution_count}
+        return self._launch(lambda token, fds: self.zygote.resume(token, dead.token, request, fds))
+
+    def _launch(self, ask: Callable[[str, list[int]], None]) -> WorkerHandle:
+        """A new worker's socket and pipes, handed to the zygote by `ask(token, fds)`."""
         with self._lock:
             cap = self.max_workers
             live = sum(1 for h in self._handles.values() if not h.dead)
@@ -148,7 +162,6 @@ class WorkerPool:
                 )
             self._starting += 1
         try:
-            workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
             token = str(next(self._tokens))
             host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             out_r, out_w = os.pipe()
@@ -160,11 +173,7 @@ class WorkerPool:
                     with contextlib.suppress(OSError):
                         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BUFFER_BYTES)
             try:
-                self.zygote.spawn(
-                    token,
-                    {"session": session, "workspace": str(workspace), "restarted": restarted},
-                    [worker_end.fileno(), out_w, err_w, int_r],
-                )
+                ask(token, [worker_end.fileno(), out_w, err_w, int_r])
             except BaseException:
                 host_end.close()
                 for fd in (out_r, err_r, int_w):
@@ -204,12 +213,25 @@ class WorkerPool:
         detail = failure or err.finish()[0].strip() or "it exited during setup"
         raise BoundaryError(f"the worker for session {session!r} could not start: {detail}")
 
-    def retire(self, worker: WorkerHandle, drain: tuple[OutputSink | None, OutputSink | None]) -> int | None:
+    def retire(
+        self,
+        worker: WorkerHandle,
+        drain: tuple[OutputSink | None, OutputSink | None],
+        *,
+        keep_checkpoint: bool = False,
+    ) -> int | None:
         """Kill the worker's group (harmless if it is gone), wait until it is reaped, close our ends.
 
-        Returns its exit code (negative: the signal), None if unknown."""
+        Returns its exit code (negative: the signal), None if unknown. With `keep_checkpoint`, a
+        checkpoint copy the zygote kept is left for `resume` (`worker.checkpoint` says so);
+        otherwise it goes."""
         self.zygote.kill(worker.token)
         code = self.zygote.wait_exit(worker.token, _EXIT_WAIT_S)
+        if self.zygote.kept_checkpoint(worker.token):
+            if keep_checkpoint:
+                worker.checkpoint = True
+            else:
+                self.zygote.discard(worker.token)
         worker.drain(*drain, limit=1 << 22, until_eof_s=0.2)
         worker.close()
         with self._lock:

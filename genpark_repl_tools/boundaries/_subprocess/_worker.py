@@ -13,8 +13,11 @@ written before a crash survives it, and the host bounds it (head + tail) however
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import functools
+import gc
 import io
 import json
 import os
@@ -25,6 +28,7 @@ import struct
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -38,11 +42,12 @@ from ..._text import clean
 from ..._watchdog import watchdog
 from ...policy import PolicyRuntime
 from . import _protocol as P
+from . import _sandbox
 
 if TYPE_CHECKING:
     from ...snapshot import SessionSnapshot
 
-__all__ = ["prepare"]
+__all__ = ["prepare", "thread_count"]
 
 _FLUSH_AT = 8192
 _RID = struct.Struct("!I")
@@ -51,6 +56,12 @@ _RID = struct.Struct("!I")
 # hundred writes, not one per line, and a crash loses at most its last 10 ms of output.
 _EAGER_LINES = 200
 _BATCH_S = 0.01
+# Objects that exist when a cell starts are frozen (kept out of the cycle collector) while the cell
+# runs, so a collection in the worker does not write to every page it shares with its checkpoint.
+# Cycles among them that became garbage are collected after the cell, off the call's path: a full
+# collection once this many cells have passed, at most a tenth of the time.
+_COLLECT_EVERY = 16
+_COLLECT_SHARE = 10
 
 
 def _encode(text: str) -> bytes:
@@ -192,6 +203,11 @@ def _install_streams() -> None:
     _line_buffer_c_stdio()
 
 
+class _Resumed(BaseException):
+    """In a checkpoint copy the zygote made the session's worker: unwinds to the loop, which then
+    serves the new socket (the copy's stack is the worker's as it was before the failed cell)."""
+
+
 class _Worker:
     """Serves one session's requests in a sandboxed worker process.
 
@@ -207,6 +223,7 @@ class _Worker:
         runtime: PolicyRuntime,
         limits: Limits,
         boundary: str,
+        channel: socket.socket | None,
     ) -> None:
         self.sock = sock
         self.interrupt_fd = interrupt_fd
@@ -220,42 +237,59 @@ class _Worker:
         self._limits_by_timeout: dict[float, Limits] = {limits.timeout_s: limits}
         self._parts: list[bytes] = []  # LOAD_PART payloads before their LOAD
         self.replied: ExecutionResult | None = None  # the result of the reply being sent
+        # Checkpoints: our end of a socket to the zygote (None: off), the copy kept for the cell in
+        # progress, and the zygote, which becomes the copy's parent once this process is gone.
+        self.channel = channel
+        self.copy_pid = 0
+        self.zygote_pid = os.getppid()
+        self._cells_since_collect = 0
+        self._collect_cost = 0.0
+        self._collected_at = time.monotonic()
 
     def loop(self) -> None:
-        P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
-        frames = P.FrameBuffer()
-        sock = self.sock
+        # One frame below the cell's, on purpose: the policy's audit hook walks every frame under a
+        # run. A copy that resumes (_Resumed) starts over here with its new socket.
         while True:
-            frame = frames.next_tagged()
-            if frame is None:
-                data = sock.recv(1 << 16)  # one syscall per request, however it is framed
-                if not data:
-                    return
-                frame = frames.next_from(data)
-                if frame is None:
-                    continue
-            kind, rid, payload = frame
-            if kind == P.LOAD_PART:  # part of a large snapshot: kept until its LOAD, no reply
-                self._parts.append(payload)
-                continue
-            self.current = self.started = rid
             try:
-                if rid in self.cancelled:
-                    self.cancelled.discard(rid)
-                    reply_kind, reply = self._cancelled(payload)
-                elif kind == P.EXEC:
-                    reply_kind, reply = self._exec(payload)
-                else:
+                P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
+                frames = P.FrameBuffer()
+                sock = self.sock
+                while True:
+                    frame = frames.next_tagged()
+                    if frame is None:
+                        data = sock.recv(1 << 16)  # one syscall per request, however it is framed
+                        if not data:
+                            return
+                        frame = frames.next_from(data)
+                        if frame is None:
+                            continue
+                    kind, rid, payload = frame
+                    if kind == P.LOAD_PART:  # part of a large snapshot: kept until its LOAD, no reply
+                        self._parts.append(payload)
+                        continue
+                    self.current = self.started = rid
                     try:
-                        reply_kind, reply = self._query(kind, payload)
-                    except Exception as exc:  # an infrastructure failure here; tell the host what broke
-                        reply_kind, reply = P.FAILED, _encode(f"{type(exc).__name__}: {exc}")
-            finally:
-                self.current = 0
-                self.session.cancel_pending = False
-            _flush_all()
-            sock.sendall(P.encode(reply_kind, reply, rid))
-            self.replied = None
+                        if rid in self.cancelled:
+                            self.cancelled.discard(rid)
+                            reply_kind, reply = self._cancelled(payload)
+                        elif kind == P.EXEC:
+                            reply_kind, reply = self._exec(payload)
+                        else:
+                            try:
+                                reply_kind, reply = self._query(kind, payload)
+                            # an infrastructure failure here; tell the host what broke
+                            except Exception as exc:
+                                reply_kind, reply = P.FAILED, _encode(f"{type(exc).__name__}: {exc}")
+                    finally:
+                        self.current = 0
+                        self.session.cancel_pending = False
+                    _flush_all()
+                    sock.sendall(P.encode(reply_kind, reply, rid))
+                    self.replied = None
+                    if self.copy_pid:
+                        self._drop_checkpoint()
+            except _Resumed:
+                continue
 
     def on_interrupt(self, signum: int, frame: Any) -> None:
         """SIGUSR1: the host wrote request ids to stop into the interrupt pipe.
@@ -285,6 +319,9 @@ class _Worker:
 
     def _exec(self, payload: bytes) -> tuple[int, bytes]:
         code, timeout_s = P.decode_exec(payload)
+        skipped = self._checkpoint()
+        if skipped is not None:  # the host words it, in the result or for the crash
+            P.send_frame(self.sock, P.NO_CHECKPOINT, _encode(skipped), rid=self.current)
         started = time.perf_counter()
         own, children = _rusage()
         cpu_started = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -328,6 +365,111 @@ class _Worker:
                 ),
             )
             return P.RESULT, fallback.model_dump_json().encode()
+
+    # ---- checkpoints ------------------------------------------------------------------------------
+    # Before each cell the worker forks a copy of itself that waits, paused, on the checkpoint
+    # channel. If the cell ends this process, the zygote (the copy's parent from then on: it is a
+    # child subreaper) moves the copy out of the dead worker's process group before killing that
+    # group, and on the host's request hands it a new socket and pipes: the session goes on with
+    # its state from before the cell. A cell that ends normally drops its copy.
+
+    def _checkpoint(self) -> str | None:
+        """Fork the paused copy; why none was taken, or None (taken, or checkpoints are off)."""
+        channel = self.channel
+        if channel is None:
+            return None
+        # A copy has only the forking thread: a thread the session started would be cut off in it,
+        # and a lock it held would stay held there.
+        if thread_count() > 1 + (watchdog.thread_id is not None):
+            return "the session's code started threads, which a copy of the process would not have"
+        gc.freeze()
+        try:
+            with warnings.catch_warnings():
+                # 3.12+ warns about forking with threads: the watchdog's is accounted for, below.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                # Held across the fork, so the watchdog thread holds no lock the copy would inherit
+                # locked (its wake-up event is replaced in the copy: see _reset_watchdog).
+                with watchdog._lock:
+                    pid = os.fork()
+        except OSError as exc:
+            gc.unfreeze()
+            why = "the process limit is reached" if exc.errno == errno.EAGAIN else exc.strerror or str(exc)
+            return f"the worker could not fork a copy of itself ({why})"
+        if pid == 0:  # pragma: no cover - runs in the copy
+            self._wait_as_checkpoint()
+        try:
+            channel.send(P.CHECKPOINT_PID.pack(pid), socket.MSG_DONTWAIT)
+        except OSError as exc:  # the zygote did not keep up: without its knowing, the copy is useless
+            _end_process(pid)
+            gc.unfreeze()
+            return f"the worker could not register its copy with the zygote ({exc})"
+        self.copy_pid = pid
+        return None
+
+    def _drop_checkpoint(self) -> None:
+        """After the reply: the cell ended normally, so its copy goes; collect what the freeze kept."""
+        pid, self.copy_pid = self.copy_pid, 0
+        _end_process(pid)
+        gc.unfreeze()
+        self._cells_since_collect += 1
+        now = time.monotonic()
+        if (
+            self._cells_since_collect >= _COLLECT_EVERY
+            and now - self._collected_at >= _COLLECT_SHARE * self._collect_cost
+        ):
+            gc.collect()
+            self._collected_at = done = time.monotonic()
+            self._collect_cost = done - now
+            self._cells_since_collect = 0
+
+    def _wait_as_checkpoint(self) -> None:  # pragma: no cover - runs in the copy
+        """In the copy: let go of the worker's socket and pipes (the host sees them close when the
+        worker dies), wait for the zygote, then serve the new socket it hands over. Exits if the
+        zygote goes away or lets the copy go."""
+        channel = self.channel
+        assert channel is not None
+        try:
+            _reset_watchdog()
+            self.sock.close()
+            os.close(self.interrupt_fd)
+            os.dup2(0, 1)  # /dev/null, read-only: the copy writes nothing while it waits
+            os.dup2(0, 2)
+            data, ancdata, flags, _ = channel.recvmsg(1 << 16, socket.CMSG_SPACE(4 * 4))
+            fds = P.passed_fds(ancdata)
+            if not data:
+                os._exit(0)
+            frames = P.FrameBuffer()
+            frames.feed(data)
+            frame = frames.next()
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or frame is None or frame[0] != P.RESUME:
+                raise P.ProtocolError("the copy got something other than one whole resume request")
+            if len(fds) != 4:
+                raise P.ProtocolError(f"the copy got {len(fds)} descriptors, not 4")
+            request = json.loads(frame[1])
+            sock_fd, out_fd, err_fd, interrupt_fd = fds
+            os.dup2(out_fd, 1)
+            os.dup2(err_fd, 2)
+            os.close(out_fd)
+            os.close(err_fd)
+            if _sandbox.LINUX:  # as every worker: dies with the zygote
+                _sandbox._prctl(_sandbox._PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != self.zygote_pid:
+                    os._exit(0)
+            os.set_inheritable(sock_fd, False)
+            os.set_inheritable(interrupt_fd, False)
+            os.set_blocking(interrupt_fd, False)
+            self.sock = socket.socket(fileno=sock_fd)
+            self.interrupt_fd = interrupt_fd
+            self.session.execution_count = int(request["execution_count"])
+            self.cancelled.clear()  # request ids start over with the new socket
+            self.started = self.current = 0
+            self._parts.clear()
+            gc.unfreeze()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _write_all(2, f"the checkpoint copy could not resume: {traceback_text()}".encode())
+            os._exit(70)
+        raise _Resumed
 
     def _limits_for(self, timeout_s: float) -> Limits:
         limits = self._limits_by_timeout.get(timeout_s)
@@ -408,6 +550,40 @@ def _checked_snapshot_class() -> type[SessionSnapshot]:
     return Checked
 
 
+def _end_process(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):  # ChildProcessError too: session code may have reaped it
+        os.waitpid(pid, 0)
+
+
+def _reset_watchdog() -> None:  # pragma: no cover - runs in the copy
+    """In the copy: the watchdog's thread is gone (the runner starts a new one on the next cell).
+    Its lock was held across the fork by the forking thread, which released it; its wake-up event's
+    lock may have been held by the watchdog thread mid-wait, so the event is a new one."""
+    watchdog._wake = threading.Event()
+    watchdog.thread_id = None
+    watchdog.started = False
+
+
+def traceback_text() -> str:
+    import traceback
+
+    return traceback.format_exc()
+
+
+def thread_count() -> int:
+    """Threads of this process, those started by C code included."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return threading.active_count()
+
+
 def _rusage() -> tuple[resource.struct_rusage, resource.struct_rusage]:
     return resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 
@@ -426,6 +602,7 @@ def prepare(
     boundary: str,
     *,
     restarted: bool,
+    channel_fd: int = -1,
 ) -> Callable[[], None]:
     """Set up the session in a sandboxed, forked worker; returns its loop, which serves requests
     until the host closes the socket.
@@ -436,7 +613,11 @@ def prepare(
     _install_streams()
     session = Session(session_name, runtime)
     session.restarted = restarted
-    worker = _Worker(sock, interrupt_fd, session, runtime, limits, boundary)
+    channel = None
+    if channel_fd >= 0:
+        os.set_inheritable(channel_fd, False)
+        channel = socket.socket(fileno=channel_fd)
+    worker = _Worker(sock, interrupt_fd, session, runtime, limits, boundary, channel)
     # engine.interrupt and abandoned calls: the host writes the request id to the interrupt pipe and
     # the zygote sends SIGUSR1. The watchdog raises in the code at its next pass, with the same
     # race-free machinery as a timeout.

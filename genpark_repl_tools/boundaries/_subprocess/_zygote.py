@@ -39,7 +39,7 @@ from ...policy import Policy, PolicyRuntime, runtime_for
 from . import _protocol as P
 from . import _sandbox
 from ._sandbox import Prepared, SandboxConfig, SandboxError
-from ._worker import prepare
+from ._worker import prepare, thread_count
 
 if TYPE_CHECKING:
     from ...policy._restricted import RestrictedRuntime
@@ -81,6 +81,13 @@ class _Zygote:
         self.spares = True  # off for good once a spare dies unassigned: each request then forks
         self.wake_r, self.wake_w = os.pipe()
         self.selector = selectors.DefaultSelector()
+        # Checkpoints (see _worker._Worker._checkpoint): per worker token, our end of its checkpoint
+        # channel (a raw descriptor: a socket object's finalizer could close a reused number in a
+        # fork), the pid of the copy it last announced, and the copies of dead workers we hold.
+        self.checkpoints = False
+        self.channels: dict[str, int] = {}
+        self.announced: dict[str, int] = {}
+        self.held: dict[str, int] = {}
 
     # ---- start ----------------------------------------------------------------------------------
 
@@ -101,19 +108,22 @@ class _Zygote:
             for module in config["preload"]:
                 importlib.import_module(module)
             prepare_figures()  # what each worker's first run would do first: done once, here
-            threads = _thread_count()
+            threads = thread_count()
             if threads > 1:
                 raise SandboxError(
                     f"after preloading {config['preload']} the zygote has {threads} threads; a process "
                     "with threads cannot be forked safely (set OMP_NUM_THREADS=1 or preload less)"
                 )
             self.prepared = _sandbox.prepare(SandboxConfig.from_json(config["sandbox"]))
+            # The copy of a dead worker must become our child to be kept (we are its subreaper).
+            self.checkpoints = bool(config.get("checkpoints")) and self.prepared.subreaper
             hello["probe"] = self._probe(config["workspace_root"])
         except Exception as exc:
             hello["error"] = f"{type(exc).__name__}: {exc}"
             P.send_frame(self.ctl, P.HELLO, json.dumps(hello).encode())
             raise
         hello.update(_describe_prepared(self.prepared))
+        hello["checkpoints"] = self.checkpoints
         hello["vm_size_kb"] = _vm_size_kb()
         # Objects that exist now are shared with every worker; keep the collector off their pages.
         gc.freeze()
@@ -173,9 +183,11 @@ class _Zygote:
                     worker = self._read_ctl()
                     if worker is not None:
                         return worker
-                else:
+                elif key.data == "wake":
                     os.read(self.wake_r, 4096)
                     self._reap()
+                else:
+                    self._read_channel(key.data)
             if os.getppid() != self.parent:  # the host died; its socket may still be held by a fork
                 self.shutdown()
 
@@ -184,7 +196,7 @@ class _Zygote:
             data, ancdata, _, _ = self.ctl.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS_PER_MESSAGE * 4))
         except ConnectionError:
             data, ancdata = b"", []
-        self.fds.extend(_passed_fds(ancdata))
+        self.fds.extend(P.passed_fds(ancdata))
         if not data:
             self.shutdown()
         self.frames.feed(data)
@@ -198,6 +210,10 @@ class _Zygote:
                 self._kill(json.loads(payload)["token"])
             elif kind == P.INTERRUPT:
                 self._interrupt(json.loads(payload)["token"])
+            elif kind == P.RESUME:
+                self._resume(json.loads(payload))
+            elif kind == P.DISCARD:
+                self._discard(json.loads(payload)["token"])
             elif kind == P.QUIT:
                 self.shutdown()
         return None
@@ -209,6 +225,11 @@ class _Zygote:
             self._send(P.SPAWN_FAILED, {"token": token, "error": "the spawn request carried no descriptors"})
             return None
         fds = [self.fds.popleft() for _ in range(_FDS_PER_WORKER)]
+        channel = -1
+        if self.checkpoints:
+            ours_c, theirs_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            channel = ours_c.detach()
+            fds.append(theirs_c.detach())
         if self.spare is not None:
             pid, ours = self.spare
             self.spare = None
@@ -220,8 +241,7 @@ class _Zygote:
             else:
                 for fd in fds:
                     os.close(fd)
-                self.by_token[token] = pid
-                self.by_pid[pid] = token
+                self._started(token, pid, channel)
                 return None
             finally:
                 ours.close()
@@ -230,6 +250,8 @@ class _Zygote:
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
+            if channel >= 0:
+                os.close(channel)
             self._send(P.SPAWN_FAILED, {"token": token, "error": f"fork failed: {exc}"})
             return None
         if pid == 0:  # pragma: no cover - runs in the forked child
@@ -239,9 +261,16 @@ class _Zygote:
         # Also done by the child: whichever runs first, the group exists before anyone kills it.
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)
+        self._started(token, pid, channel)
+        return None
+
+    def _started(self, token: str, pid: int, channel: int) -> None:
         self.by_token[token] = pid
         self.by_pid[pid] = token
-        return None
+        if channel >= 0:
+            os.set_blocking(channel, False)
+            self.channels[token] = channel
+            self.selector.register(channel, selectors.EVENT_READ, token)
 
     def _fork_spare(self) -> Callable[[], None] | None:
         """Fork the next worker before anyone asks for it: the fork, and the first writes to the
@@ -259,6 +288,8 @@ class _Zygote:
             self.spares = False
             return None
         if pid == 0:  # pragma: no cover - runs in the forked child
+            # Closed now: left to its finalizer, it would close whatever reuses its number later.
+            ours.close()
             return self._wait_as_spare(theirs)
         theirs.close()
         with contextlib.suppress(OSError):
@@ -272,16 +303,16 @@ class _Zygote:
             self._detach()
             assert self.prepared is not None
             _close_all_but({0, 1, 2, sock.fileno(), *self.prepared.inherited_fds()})
-            data, ancdata, flags, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(_FDS_PER_WORKER * 4))
+            data, ancdata, flags, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE((_FDS_PER_WORKER + 1) * 4))
             if not data:  # the zygote is gone, or let this spare go
                 os._exit(0)
-            fds = _passed_fds(ancdata)
+            fds = P.passed_fds(ancdata)
             frames = P.FrameBuffer()
             frames.feed(data)
             frame = frames.next()
             if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or frame is None or frame[0] != P.SPAWN:
                 raise P.ProtocolError("the spare got something other than one whole spawn request")
-            if len(fds) != _FDS_PER_WORKER:
+            if len(fds) not in (_FDS_PER_WORKER, _FDS_PER_WORKER + 1):  # + its checkpoint channel
                 raise P.ProtocolError(f"the spare got {len(fds)} descriptors, not {_FDS_PER_WORKER}")
             request = json.loads(frame[1])
             sock.close()
@@ -309,6 +340,7 @@ class _Zygote:
         out_fd: int,
         err_fd: int,
         interrupt_fd: int,
+        channel_fd: int = -1,
         *,
         detached: bool,
     ) -> Callable[[], None]:
@@ -324,7 +356,7 @@ class _Zygote:
             assert self.prepared is not None
             assert self.runtime is not None
             assert self.limits is not None
-            keep = {0, 1, 2, sock_fd, interrupt_fd, *self.prepared.inherited_fds()}
+            keep = {0, 1, 2, sock_fd, interrupt_fd, channel_fd, *self.prepared.inherited_fds()}
             _close_all_but(keep)
             workspace = request["workspace"]
             os.environ.update({"HOME": workspace, "TMPDIR": workspace, "PWD": workspace})
@@ -348,6 +380,7 @@ class _Zygote:
                 self.limits,
                 self.boundary,
                 restarted=request["restarted"],
+                channel_fd=channel_fd,
             )
         except SandboxError as exc:
             _write_all(2, f"worker sandbox setup failed: {exc}\n".encode())
@@ -361,8 +394,109 @@ class _Zygote:
 
     def _kill(self, token: str) -> None:
         pid = self.by_token.get(token)
+        if pid is None:
+            return
+        if self.announced.get(token):
+            # Only the worker for now: its copy is in its group. _reap moves the copy out of the
+            # group once it is ours, then kills the rest of the group.
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        else:
+            _kill_group(pid)
+
+    # ---- checkpoints --------------------------------------------------------------------------------
+
+    def _read_channel(self, token: str) -> None:
+        """The pids a worker announced for its copies (the last one counts); EOF: nothing holds it."""
+        channel = self.channels.get(token)
+        while channel is not None:
+            try:
+                data = os.read(channel, 64)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:  # the worker and any copy are gone: nothing can be resumed from it
+                self._close_channel(token)
+                return
+            if len(data) == P.CHECKPOINT_PID.size:
+                self.announced[token] = P.CHECKPOINT_PID.unpack(data)[0]
+
+    def _close_channel(self, token: str) -> None:
+        channel = self.channels.pop(token, None)
+        self.announced.pop(token, None)
+        if channel is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(channel)
+            os.close(channel)
+
+    def _adopt(self, token: str, worker_pid: int) -> bool:
+        """The worker `worker_pid` is a zombie: keep the copy it announced, if it is ours now.
+
+        The pid comes from the session's own process, so it is checked: it must be our child now
+        (the copy is re-parented to us when the worker exits) and in the dead worker's group. At
+        worst a session names another process of its own, which then serves the same session."""
+        channel = self.channels.get(token)
+        if channel is None:
+            return False
+        self._read_channel(token)  # what the worker sent before it died
+        pid = self.announced.pop(token, 0)
+        if pid <= 0 or token not in self.channels:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            parent, group = int(fields[1]), int(fields[2])
+        except (OSError, ValueError, IndexError):
+            return False
+        if parent != os.getpid() or group != worker_pid:
+            return False
+        try:
+            os.setpgid(pid, pid)  # out of the group that is about to be killed
+        except OSError:
+            return False
+        self.held[token] = pid
+        return True
+
+    def _resume(self, request: dict[str, Any]) -> None:
+        """Hand a held copy the new worker's descriptors: it serves the session from now on."""
+        token, old = request.pop("token"), request.pop("from")
+        fds = [self.fds.popleft() for _ in range(min(_FDS_PER_WORKER, len(self.fds)))]
+        pid = self.held.pop(old, None)
+        channel = self.channels.pop(old, None)
+        error = "no checkpoint of the session's worker was kept"
+        if pid is not None and channel is not None and len(fds) == _FDS_PER_WORKER:
+            sock = socket.socket(fileno=channel)
+            try:
+                P.send_frame(sock, P.RESUME, json.dumps(request).encode(), fds)
+            except OSError as exc:
+                error = f"the checkpoint could not be reached: {exc}"
+            else:
+                error = ""
+            finally:
+                sock.detach()
+        for fd in fds:
+            os.close(fd)
+        if error:
+            if pid is not None:
+                _kill_group(pid)
+            if channel is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.selector.unregister(channel)
+                os.close(channel)
+            self._send(P.SPAWN_FAILED, {"token": token, "error": error})
+            return
+        assert pid is not None and channel is not None
+        self.selector.modify(channel, selectors.EVENT_READ, token)
+        self.channels[token] = channel
+        self.by_token[token] = pid
+        self.by_pid[pid] = token
+
+    def _discard(self, token: str) -> None:
+        pid = self.held.pop(token, None)
         if pid is not None:
             _kill_group(pid)
+        self._close_channel(token)
 
     def _interrupt(self, token: str) -> None:
         # Only the worker itself, not its group: the worker turns SIGUSR1 into a cancel of its cell.
@@ -386,15 +520,24 @@ class _Zygote:
                 self.spare = None
                 self.spares = False
             token = self.by_pid.pop(pid, None)
+            kept = False
             if token is not None:
+                kept = self._adopt(token, pid)
                 # The exited leader is still a zombie, so its group id cannot have been reused:
                 # whatever it started (and did not escape) dies with it.
                 _kill_group(pid)
+                if not kept:
+                    self._close_channel(token)
+            else:  # a held copy that ended before anyone asked for it
+                for held, held_pid in list(self.held.items()):
+                    if held_pid == pid:
+                        del self.held[held]
+                        self._close_channel(held)
             _, status = os.waitpid(pid, 0)
             if token is not None:
                 del self.by_token[token]
                 code = os.waitstatus_to_exitcode(status)
-                self._send(P.EXITED, {"token": token, "code": code})
+                self._send(P.EXITED, {"token": token, "code": code, "checkpoint": kept})
 
     def _send(self, kind: int, obj: Any) -> None:
         try:
@@ -405,7 +548,7 @@ class _Zygote:
     def shutdown(self) -> NoReturn:
         if self.spare is not None:
             _kill_group(self.spare[0])
-        for pid in list(self.by_pid):
+        for pid in [*self.by_pid, *self.held.values()]:
             _kill_group(pid)
         deadline = time.monotonic() + _SHUTDOWN_WAIT_S
         while time.monotonic() < deadline:
@@ -440,16 +583,6 @@ def _children() -> list[int]:
     return pids
 
 
-def _passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
-    """The descriptors a recvmsg received (SCM_RIGHTS), in order."""
-    fds: list[int] = []
-    for level, kind, cdata in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            usable = len(cdata) - len(cdata) % 4
-            fds.extend(int.from_bytes(cdata[i : i + 4], sys.byteorder) for i in range(0, usable, 4))
-    return fds
-
-
 def _close_all_but(keep: set[int]) -> None:
     start = 0
     for fd in sorted(keep):
@@ -463,19 +596,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _thread_count() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Threads:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    import threading
-
-    return threading.active_count()
 
 
 def _vm_size_kb() -> int:

@@ -1,0 +1,214 @@
+"""Checkpoints on the subprocess boundary, without a store: before each cell the worker forks a paused
+copy of itself, and a cell that ends the worker leaves the session as it was before that cell.
+
+Each killer the boundary stops by ending the worker is tried with real processes: os._exit, a
+segfault, C code past the deadline, an interrupt of C code, a memory bomb. Bounds: a short
+timeout, a small memory limit, and waits capped by _procs.WAIT_S.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from _procs import alive, wait_for, wait_gone
+
+from genpark_repl_tools import Limits, ReplEngine
+
+pytest.importorskip("genpark_repl_tools.boundaries.subprocess")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc")]
+
+SETUP = "kept = [1, 2, 3]\nblob = bytes(2 * 1024 * 1024)\ndef double(v):\n    return 2 * v"
+# C-level work the watchdog cannot interrupt: catastrophic regex backtracking
+C_LOOP = "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')"
+ROLLED_BACK = "Rolled back: the variables from before this cell are intact"
+
+
+@pytest.fixture
+def engine() -> Iterator[ReplEngine]:
+    with ReplEngine(
+        policy="trusted", boundary="subprocess", limits=Limits(timeout_s=1.0, memory_mb=600), kill_grace_s=0.1
+    ) as engine:
+        if not engine.boundary.supports_rollback:
+            pytest.skip("checkpoints need a child subreaper (Linux)")
+        yield engine
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def assert_as_before(engine: ReplEngine) -> None:
+    after = engine.run("kept, len(blob), double(2), sorted(n for n in dir() if not n.startswith('_'))")
+    assert after.status == "ok", after.error
+    assert after.value == "([1, 2, 3], 2097152, 4, ['blob', 'double', 'kept'])"
+    assert after.session_restarted is False and after.rolled_back is False
+
+
+@pytest.mark.parametrize(
+    ("crash", "status", "said"),
+    [
+        ("import os\nos._exit(3)", "crashed", "exit code 3"),
+        ("import ctypes\nctypes.string_at(0)", "crashed", "SIGSEGV"),
+        (C_LOOP, "timeout", "limit 1 s"),
+    ],
+    ids=["os._exit", "segfault", "C past the deadline"],
+)
+def test_a_cell_that_ends_the_worker_is_rolled_back(
+    engine: ReplEngine, crash: str, status: str, said: str
+) -> None:
+    assert engine.run(SETUP).status == "ok"
+    failed = engine.run(f"kept.append(4)\nnew_name = 1\ndel blob\n{crash}")
+    assert (failed.status, failed.rolled_back) == (status, True)
+    assert failed.error is not None and said in failed.error.message
+    text = failed.to_observation()
+    assert ROLLED_BACK in text and "Files it wrote in the workspace stay." in text
+    assert "variables are lost" not in text
+    assert_as_before(engine)
+
+
+def test_an_interrupt_that_had_to_kill_is_rolled_back(engine: ReplEngine) -> None:
+    engine.run(SETUP)
+    timer = threading.Timer(0.3, engine.interrupt)
+    timer.start()
+    try:
+        stopped = engine.run(f"kept.append(4)\n{C_LOOP}", timeout_s=20)
+    finally:
+        timer.cancel()
+    assert (stopped.status, stopped.rolled_back) == ("cancelled", True)
+    assert ROLLED_BACK in stopped.to_observation()
+    assert_as_before(engine)
+
+
+def test_a_memory_bomb_leaves_the_variables_from_before(engine: ReplEngine) -> None:
+    engine.run(SETUP)
+    bomb = engine.run("hog = []\nwhile True:\n    hog.append(bytearray(50 * 2**20))", timeout_s=20)
+    assert bomb.status in ("error", "crashed")
+    if bomb.status == "crashed":
+        assert bomb.rolled_back is True
+    else:  # the allocation failed in Python (MemoryError): the worker lives; the cell's hog goes
+        assert bomb.error is not None and bomb.error.type == "MemoryError"
+        engine.run("del hog")
+    assert_as_before(engine)
+
+
+def test_rollbacks_follow_each_other_and_the_count_goes_on(engine: ReplEngine) -> None:
+    engine.run(SETUP)
+    for n in range(3):
+        failed = engine.run(f"kept.append({n})\nimport os\nos._exit(1)")
+        assert failed.rolled_back is True
+        assert failed.execution_count == 2 + n
+    after = engine.run("kept")
+    assert (after.value, after.execution_count) == ("[1, 2, 3]", 5)
+
+
+def test_files_the_cell_wrote_stay(engine: ReplEngine) -> None:
+    engine.run(SETUP)
+    engine.run("open('out.txt', 'w').write('written')\nimport os\nos._exit(1)")
+    assert engine.run("open('out.txt').read()").value == "'written'"
+
+
+def test_a_cell_that_ends_normally_leaves_no_copy(engine: ReplEngine) -> None:
+    engine.run(SETUP)
+    for _ in range(3):
+        engine.run("kept.append(0); kept.pop()")
+    pid = int(engine.run("import os; os.getpid()").value or 0)
+    # The worker's copy goes right after each reply: the worker has no child between cells.
+    assert wait_for(lambda: children(pid) == [], timeout=5)
+
+
+def test_copies_do_not_outlive_the_session_or_the_engine() -> None:
+    engine = ReplEngine(policy="trusted", boundary="subprocess", limits=Limits(timeout_s=2), kill_grace_s=0.1)
+    try:
+        if not engine.boundary.supports_rollback:
+            pytest.skip("checkpoints need a child subreaper (Linux)")
+        # A cell that runs while the copy waits: both pids are seen from inside.
+        ran = engine.run(
+            "import os\nme = os.getpid()\n"
+            "with open(f'/proc/{me}/task/{me}/children') as f:\n    copy = f.read()\n"
+            "f'{me} {copy}'"
+        )
+        worker, copy = (int(p) for p in (ran.value or "''").strip("'").split())
+        assert alive(copy)
+        engine.run("x = 1")  # the copy of that cell went with its reply
+        assert wait_gone([copy]) == []
+        # A rolled-back session's worker is the copy; closing the session ends it.
+        engine.run("import os\nos._exit(1)")
+        resumed = int(engine.run("import os; os.getpid()").value or 0)
+        assert resumed not in (0, worker) and alive(resumed)
+        engine.close("default")
+        assert wait_gone([resumed]) == []
+        # A copy waiting while its cell runs goes with the engine.
+        engine.run("y = 1", session="b")
+        pids: list[int] = []
+
+        def long_cell() -> None:
+            engine.run(
+                "import os, time\nme = os.getpid()\n"
+                "with open(f'/proc/{me}/task/{me}/children') as f:\n    copy = f.read().strip()\n"
+                "with open('pids.txt', 'w') as f:\n    f.write(f'{me} {copy}')\n"
+                "time.sleep(30)",
+                session="b",
+                timeout_s=60,
+            )
+
+        thread = threading.Thread(target=long_cell, daemon=True)
+        thread.start()
+
+        def seen() -> bool:
+            try:
+                pids[:] = [int(p) for p in engine.download("b", "pids.txt").split()]
+            except Exception:
+                return False
+            return len(pids) == 2
+
+        assert wait_for(seen, timeout=10)
+        assert all(alive(pid) for pid in pids)
+    finally:
+        engine.close()
+    assert wait_gone(pids) == []
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_threads_started_by_the_session_skip_the_checkpoint_and_say_so(engine: ReplEngine) -> None:
+    engine.run(SETUP)
+    engine.run(
+        "import threading\nstop = threading.Event()\nt = threading.Thread(target=stop.wait)\nt.start()"
+    )
+    ran = engine.run("kept.append(4)")
+    assert ran.status == "ok"
+    assert any("No checkpoint was taken before this cell" in n and "threads" in n for n in ran.notes)
+    crashed = engine.run("import os\nos._exit(1)")
+    assert crashed.rolled_back is False
+    assert "so it could not be rolled back" in crashed.to_observation()
+    assert "variables are lost" in crashed.to_observation()
+    assert engine.run("1").session_restarted is True
+
+
+def test_without_checkpoints_a_crash_loses_the_session_as_before() -> None:
+    with ReplEngine(
+        policy="trusted", boundary="subprocess", limits=Limits(timeout_s=2), checkpoints=False
+    ) as engine:
+        assert engine.boundary.supports_rollback is False
+        assert engine.describe()["checkpoints"] is False
+        engine.run("x = 1")
+        crashed = engine.run("import os\nos._exit(1)")
+        assert (crashed.status, crashed.rolled_back) == ("crashed", False)
+        assert "variables are lost" in crashed.to_observation()
+        assert engine.run("1").session_restarted is True
+
+
+def test_a_trivial_cell_with_a_checkpoint_stays_fast(engine: ReplEngine) -> None:
+    engine.run("import numpy\nstate = numpy.ones(20 * 2**20 // 8)")
+    times = []
+    for _ in range(20):
+        started = time.perf_counter()
+        assert engine.run("x = 1").status == "ok"
+        times.append(time.perf_counter() - started)
+    # Generous for a loaded 2-core machine: the fork of a 20 MB worker is well under a millisecond.
+    assert sorted(times)[len(times) // 2] < 0.05
