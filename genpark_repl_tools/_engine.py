@@ -9,6 +9,7 @@ import os
 import threading
 import warnings
 from collections.abc import AsyncGenerator, Generator
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -481,6 +482,43 @@ class ReplEngine:
         _check_session(session)
         return self._durability().restore(session, snapshot)
 
+    def fork(self, source: str, target: str) -> SessionRestore:
+        """Start session `target` as a copy of `source`: its variables, imports, the code it defined
+        and its workspace files. The two are independent afterwards (closing one leaves the other).
+
+        It goes through a snapshot of `source` restored into `target` (on every boundary that takes
+        snapshots; in-process that is the session object, subprocess its worker), so it costs what
+        a snapshot and a restore of that state cost, and what a snapshot cannot hold (open files,
+        threads, processes) is listed in the returned SessionRestore instead of copied.
+        SessionNotFound for an unknown `source`, ValueError for a `target` that exists, EngineClosed
+        after close(): in each case nothing changes.
+        """
+        self._check_open()
+        _check_session(source)
+        _check_session(target)
+        if source == target:
+            raise ValueError(f"cannot fork session {source!r} into itself; name a new session")
+        self._catch_up(source)
+        held = self._boundary.sessions()
+        if source not in held:
+            raise SessionNotFound(f"no session {source!r} to fork (run code in it first)")
+        if target in held or (self.store is not None and self.store.info(target) is not None):
+            raise ValueError(f"session {target!r} exists; fork into a new name, or close it first")
+        durability = self._durability()
+        snapshot = durability.snapshot(source)
+        try:
+            source_dir = self._boundary.session_workspace(source)
+            if source_dir is not None and any(source_dir.path.iterdir()):
+                target_dir = self._boundary.session_workspace(target, create=True)
+                if target_dir is not None:
+                    _copy_workspace(source_dir.path, target_dir.path, target_dir.owner)
+            restored = durability.restore(target, snapshot)
+        except BaseException:
+            with contextlib.suppress(Exception):  # nothing of the copy stays
+                self.close(target)
+            raise
+        return restored
+
     @property
     def store(self) -> SessionStore | None:
         """The session store this engine saves to and restores from, if any."""
@@ -587,6 +625,30 @@ def _check_session(session: object) -> None:
         raise TypeError(f"session must be a str, not {type(session).__name__}")
     if not session or len(session) > _MAX_SESSION_ID or not session.isprintable():
         raise ValueError(f"session id must be 1-{_MAX_SESSION_ID} printable characters, got {session!r:.80}")
+
+
+def _copy_workspace(source: Path, target: Path, owner: tuple[int, int] | None) -> None:
+    """Copy a workspace's directories and regular files (symlinks as links, never followed; FIFOs,
+    sockets and devices are skipped: opening one could block or reach outside)."""
+    import shutil
+    import stat
+
+    target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for root, dirs, files in os.walk(source):
+        here = target / os.path.relpath(root, source)
+        for name in [*dirs, *files]:
+            src, dst = os.path.join(root, name), here / name
+            mode = os.lstat(src).st_mode
+            if stat.S_ISLNK(mode):
+                os.symlink(os.readlink(src), dst)
+            elif stat.S_ISDIR(mode):
+                dst.mkdir(mode=0o700)
+            elif stat.S_ISREG(mode):
+                shutil.copy2(src, dst, follow_symlinks=False)
+            else:
+                continue
+            if owner is not None:
+                os.chown(dst, *owner, follow_symlinks=False)
 
 
 def _make_boundary(name: str, policy: Policy, limits: Limits, options: dict[str, Any]) -> BaseBoundary:

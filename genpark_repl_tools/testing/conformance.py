@@ -336,6 +336,61 @@ class BoundaryConformance:
 
     # ---- telemetry ------------------------------------------------------------------------------
 
+    # ---- rollback and fork ----------------------------------------------------------------------
+    # Rollback: only a boundary that claims it (supports_rollback) is held to it; fork: every boundary
+    # that takes snapshots (engine.fork goes through one).
+
+    def test_a_cell_that_ends_its_process_is_rolled_back(self, make_engine: MakeEngine) -> None:
+        engine = make_engine(policy="trusted", limits=Limits(timeout_s=5.0))
+        if not engine.boundary.supports_rollback:
+            pytest.skip(f"the {engine.boundary.name} boundary does not roll back")
+        engine.run("kept = [1, 2]", session="rb")
+        failed = engine.run("kept.append(3)\nnew = 1\nimport os\nos._exit(9)", session="rb")
+        assert (failed.status, failed.rolled_back) == ("crashed", True)
+        assert "Rolled back: the variables from before this cell are intact" in failed.to_observation()
+        after = engine.run("kept, 'new' in dir()", session="rb")
+        assert (after.value, after.session_restarted) == ("([1, 2], False)", False)
+
+    def test_fork_copies_a_session_that_then_goes_its_own_way(self, make_engine: MakeEngine) -> None:
+        engine = make_engine(policy="trusted", limits=Limits(timeout_s=5.0))
+        if not engine.boundary.supports_snapshots:
+            pytest.skip(f"the {engine.boundary.name} boundary takes no snapshots, so it cannot fork")
+        engine.run(
+            "import math\ndata = [1, 2]\ndef area(r):\n    return round(math.pi * r * r, 2)", session="src"
+        )
+        engine.upload("src", "notes.txt", b"kept")  # files through the workspace API: every policy
+        restored = engine.fork("src", "copy")
+        assert set(restored.restored) >= {"data", "area"}
+        assert engine.run("data, area(1)", session="copy").value == "([1, 2], 3.14)"
+        assert engine.download("copy", "notes.txt") == b"kept"
+        engine.run("data.append(3)", session="copy")
+        engine.run("data.append(4)", session="src")
+        engine.upload("src", "notes.txt", b"src only")
+        assert engine.run("data", session="src").value == "[1, 2, 4]"
+        assert engine.run("data", session="copy").value == "[1, 2, 3]"
+        assert engine.download("copy", "notes.txt") == b"kept"
+        assert engine.close("src") is True
+        assert engine.run("data", session="copy").value == "[1, 2, 3]"
+        assert engine.download("copy", "notes.txt") == b"kept"
+
+    def test_fork_refuses_bad_input_and_changes_nothing(self, make_engine: MakeEngine) -> None:
+        engine = make_engine(policy="trusted", limits=Limits(timeout_s=5.0))
+        if not engine.boundary.supports_snapshots:
+            pytest.skip(f"the {engine.boundary.name} boundary takes no snapshots, so it cannot fork")
+        engine.run("x = 1", session="one")
+        engine.run("x = 2", session="two")
+        with pytest.raises(SessionNotFound, match="no session 'ghost' to fork"):
+            engine.fork("ghost", "new")
+        with pytest.raises(ValueError, match="session 'two' exists"):
+            engine.fork("one", "two")
+        with pytest.raises(ValueError, match="into itself"):
+            engine.fork("one", "one")
+        assert sorted(engine.sessions()) == ["one", "two"]
+        assert engine.run("x", session="two").value == "2"
+        engine.close()
+        with pytest.raises(EngineClosed):
+            engine.fork("one", "three")
+
     def test_result_is_plain_json_and_round_trips(self, engine: ReplEngine) -> None:
         result = engine.run("import sys\nxs = [1, 2]\nprint('o')\nprint('e', file=sys.stderr)\nxs")
         data = result.model_dump(mode="json")
