@@ -40,6 +40,7 @@ from ._engine import DEFAULT_POLICY, ReplEngine
 from ._exceptions import MissingDependency, ReplError
 from ._limits import Limits
 from ._models import ExecutionResult
+from ._observation import _status_line
 from ._stream import OutputEvent
 from ._text import escape_controls, escape_name
 from .policy import Policy
@@ -969,10 +970,13 @@ class _ReplState:
         if self._shown and result is not None and not (result.stdout_truncated or result.stderr_truncated):
             if not self._shown.endswith("\n"):
                 self.stdout.write("\n")
-            # The output is on the screen already: the reply says the rest (value, error, changes).
+            # The output is on the screen already: the reply says the rest (value, error, changes),
+            # under the status line of the whole result (the quiet copy's would say "no output").
             quiet = result.model_copy(update={"stdout": "", "stderr": ""})
             reply = tools.run_reply(quiet, reply.session, self.engine.limits.max_observation_chars)
-        self.say(_render(reply, self.json_output))
+            self.say(reply.text.replace(_status_line(quiet), _status_line(result), 1))
+        else:
+            self.say(_render(reply, self.json_output))
         result = reply.result
         if self.figures_dir is not None and result is not None:
             try:

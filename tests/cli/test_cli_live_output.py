@@ -37,3 +37,28 @@ def test_output_appears_while_the_cell_runs(tmp_path: Path, boundary: str) -> No
     finally:
         code = term.close()
     assert code == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+def test_output_shown_live_is_not_called_no_output(tmp_path: Path) -> None:
+    # On a terminal the output is printed as it comes and left out of the observation after it;
+    # the status line must still say the cell had output.
+    term = repl_terminal(tmp_path, "--policy", "trusted", "--boundary", "inprocess")
+    failed = True
+    try:
+        term.expect(">>> ")
+        term.send("print(6 * 7)")
+        term.expect("42")
+        term.expect(">>> ")
+        after = term.seen.decode().rsplit("42", 1)[1]
+        assert "no output" not in after, after
+        assert "OK" in after, after
+        # A cell with nothing to show still gets the hint.
+        term.send("x = 1")
+        term.expect("no output")
+        term.expect(">>> ")
+        term.send(":quit")
+        failed = False
+    finally:
+        code = term.close(failed)
+    assert code == 0
