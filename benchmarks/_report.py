@@ -697,6 +697,11 @@ def render_document(results: dict[str, Any]) -> str:
     _goals_table(out)
     out.title("Figures", 2)
     out.parts.append(render(results, markdown=True).rstrip())
+    if results.get("checkpoints"):  # benchmarks/checkpoints.py, run by run.py
+        import checkpoints
+
+        out.title("Checkpoints (subprocess boundary)", 2)
+        out.text(checkpoints.markdown(results["checkpoints"]))
     return str(out)
 
 

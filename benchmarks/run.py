@@ -297,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             _progress(len(done), total, done[-1])
 
     results = _report.collect(found, keys, done, s, machine)
+    results["checkpoints"] = _checkpoints(args.python, s.quick)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print(_report.render(results, markdown=False))
@@ -306,6 +307,21 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.markdown).write_text(_report.render_document(results), encoding="utf-8")
     print(f"\ndone in {results['elapsed_s']:.0f} s", file=sys.stderr)
     return 0
+
+
+def _checkpoints(python: str, quick: bool) -> dict[str, Any] | None:
+    """benchmarks/checkpoints.py's figures (None if it failed or is not on Linux), bounded in time."""
+    sizes = ["--sizes", "0,10,100", "--cells", "10", "--fork-mb", "110"] if quick else []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "checkpoints.json"
+        script = Path(__file__).with_name("checkpoints.py")
+        try:
+            subprocess.run([python, str(script), "--json", str(out), *sizes], check=True, timeout=600)
+            figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            print(f"checkpoint benchmark skipped: {exc}", file=sys.stderr)
+            return None
+    return figures
 
 
 if __name__ == "__main__":

@@ -241,6 +241,7 @@ class _Worker:
         # progress, and the zygote, which becomes the copy's parent once this process is gone.
         self.channel = channel
         self.copy_pid = 0
+        self.dropped = 0  # the last cell's copy, killed and not reaped yet
         self.zygote_pid = os.getppid()
         self._cells_since_collect = 0
         self._collect_cost = 0.0
@@ -382,6 +383,9 @@ class _Worker:
         # and a lock it held would stay held there.
         if thread_count() > 1 + (watchdog.thread_id is not None):
             return "the session's code started threads, which a copy of the process would not have"
+        if self.dropped:
+            _end_process(self.dropped)  # the last cell's copy: long gone by now, reaped here
+            self.dropped = 0
         gc.freeze()
         try:
             with warnings.catch_warnings():
@@ -407,9 +411,12 @@ class _Worker:
         return None
 
     def _drop_checkpoint(self) -> None:
-        """After the reply: the cell ended normally, so its copy goes; collect what the freeze kept."""
+        """After the reply: the cell ended normally, so its copy goes; collect what the freeze kept.
+        It is reaped before the next fork, not here: its exit takes a while for a large session."""
         pid, self.copy_pid = self.copy_pid, 0
-        _end_process(pid)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        self.dropped = pid
         gc.unfreeze()
         self._cells_since_collect += 1
         now = time.monotonic()
@@ -462,7 +469,7 @@ class _Worker:
             self.interrupt_fd = interrupt_fd
             self.session.execution_count = int(request["execution_count"])
             self.cancelled.clear()  # request ids start over with the new socket
-            self.started = self.current = 0
+            self.started = self.current = self.dropped = 0
             self._parts.clear()
             gc.unfreeze()
         except BaseException:

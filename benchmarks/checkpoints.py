@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Checkpoints on the subprocess boundary: what a cell's copy-on-write checkpoint costs, and fork.
+
+    .venv/bin/python benchmarks/checkpoints.py [--sizes 0,10,100,900] [--cells 30] [--fork-mb 110]
+    .venv/bin/python benchmarks/checkpoints.py --json out.json   # the figures, for benchmarks/run.py
+
+Per session size (one numpy array of that many MB, touched so it is resident): the median time of a
+trivial cell (`counter += 1`) with checkpoints and without (checkpoints=False), the difference
+being what the checkpoint adds; and the unique memory (USS: private clean + dirty pages, from
+/proc/<pid>/smaps_rollup) of the copy while a trivial cell runs, which is what the checkpoint costs
+in memory (the pages the cell changed). Fork: engine.fork of a session holding --fork-mb MB (through
+a snapshot restored into the new session, inside the workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from genpark_repl_tools import Limits, ReplEngine
+
+_LIMITS = Limits(timeout_s=120, memory_mb=8192)
+
+
+def _uss_kb(pid: int) -> int:
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].endswith(":"):
+                fields[parts[0][:-1]] = parts[1]
+    return int(fields.get("Private_Clean", 0)) + int(fields.get("Private_Dirty", 0))
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def _engine(checkpoints: bool) -> ReplEngine:
+    return ReplEngine(policy="trusted", boundary="subprocess", limits=_LIMITS, checkpoints=checkpoints)
+
+
+def _setup(engine: ReplEngine, mb: int) -> int:
+    code = f"import numpy as np\nblock = np.ones({mb} * 2**20 // 8)\ncounter = 0\nimport os\nos.getpid()"
+    result = engine.run(code)
+    assert result.status == "ok", result.to_observation()
+    return int(result.value or 0)
+
+
+def _cell_ms(engine: ReplEngine, cells: int) -> float:
+    times = []
+    for _ in range(cells):
+        start = time.perf_counter()
+        result = engine.run("counter += 1")
+        times.append((time.perf_counter() - start) * 1000)
+        assert result.status == "ok", result.to_observation()
+    return statistics.median(times)
+
+
+def _copy_uss_mb(engine: ReplEngine, worker: int) -> float:
+    """USS of the copy while a cell that changes a little (and waits) runs."""
+    found: list[float] = []
+    before = set(_children(worker))  # the last cell's copy, killed and not reaped yet
+
+    def watch() -> None:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            copies = [pid for pid in _children(worker) if pid not in before]
+            if copies:
+                time.sleep(0.1)  # the cell has made its change by now
+                found.append(_uss_kb(copies[-1]) / 1024)
+                return
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    assert engine.run("counter += 1\nimport time\ntime.sleep(0.4)").status == "ok"
+    watcher.join()
+    return found[0] if found else float("nan")
+
+
+def size_row(mb: int, cells: int) -> dict[str, Any]:
+    with _engine(checkpoints=False) as plain:
+        _setup(plain, mb)
+        without = _cell_ms(plain, cells)
+    with _engine(checkpoints=True) as engine:
+        worker = _setup(engine, mb)
+        with_checkpoint = _cell_ms(engine, cells)
+        copy_mb = _copy_uss_mb(engine, worker)
+        worker_mb = _uss_kb(worker) / 1024
+    return {
+        "mb": mb,
+        "cell_ms_without": round(without, 3),
+        "cell_ms_with": round(with_checkpoint, 3),
+        "added_ms": round(with_checkpoint - without, 3),
+        "copy_uss_mb": round(copy_mb, 2),
+        "worker_uss_mb": round(worker_mb, 1),
+    }
+
+
+def fork_row(mb: int, repeat: int = 3) -> dict[str, Any]:
+    times = []
+    with _engine(checkpoints=True) as engine:
+        _setup(engine, mb)
+        for i in range(repeat):
+            start = time.perf_counter()
+            engine.fork("default", f"copy-{i}")
+            times.append((time.perf_counter() - start) * 1000)
+            engine.close(f"copy-{i}")
+    return {"mb": mb, "fork_ms": round(statistics.median(times), 1)}
+
+
+def markdown(figures: dict[str, Any]) -> str:
+    lines = [
+        "| session state | trivial cell, no checkpoint | with checkpoint | added | USS of the copy | "
+        "USS of the worker |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in figures["sizes"]:
+        lines.append(
+            f"| {row['mb']} MB | {row['cell_ms_without']:.2f} ms | {row['cell_ms_with']:.2f} ms "
+            f"| {row['added_ms']:+.2f} ms | {row['copy_uss_mb']:.2f} MB | {row['worker_uss_mb']:.1f} MB |"
+        )
+    fork = figures.get("fork")
+    if fork:
+        lines += [
+            "",
+            f"engine.fork of a session holding {fork['mb']} MB: {fork['fork_ms']:.1f} ms "
+            "(snapshot and restore inside the workers)",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", default="0,10,100,900", help="session sizes in MB, comma-separated")
+    parser.add_argument("--cells", type=int, default=30)
+    parser.add_argument("--fork-mb", type=int, default=110)
+    parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    args = parser.parse_args(argv)
+    if not sys.platform.startswith("linux"):
+        print("checkpoints need Linux", file=sys.stderr)
+        return 1
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    figures: dict[str, Any] = {"sizes": [size_row(mb, args.cells) for mb in sizes]}
+    if args.fork_mb > 0:
+        figures["fork"] = fork_row(args.fork_mb)
+    print(markdown(figures))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
