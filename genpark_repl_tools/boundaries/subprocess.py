@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import TypeAdapter, ValidationError
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
-from .._exceptions import BoundaryError, MissingDependency, SessionNotFound
+from .._exceptions import BoundaryError, SessionNotFound
 from .._files import WorkspaceDir
 from .._limits import Limits
 from .._models import ExecutionResult, SessionRestore, SnapshotManifest, VariableInfo
@@ -108,8 +108,9 @@ class SubprocessBoundary(BaseBoundary):
         env             extra environment variables for workers (the host's are not passed on)
         kill_grace_s    how long past the deadline a worker may take to stop by itself
         max_processes   RLIMIT_NPROC for workers (only with a non-root user; counted per uid)
-        require         protections that must be active, e.g. ("network_isolation",
-                        "filesystem_confinement"); BoundaryError at construction otherwise
+        require         protections that must be active: keys of describe()["enforced"] or
+                        "seccomp", "landlock", "network_namespace"; BoundaryError at
+                        construction otherwise, naming what is missing and why
         python          interpreter for the zygote (default: this one)
         default_memory_mb  the address-space cap of a worker when Limits.memory_mb is not set
                         (4096 MiB: a memory bomb fails inside its worker, never on the host);
@@ -752,19 +753,26 @@ class SubprocessBoundary(BaseBoundary):
     def _check_required(self, required: list[str]) -> None:
         description = self.describe()
         enforced = description["enforced"]
-        unknown = [name for name in required if name not in enforced]
+        unknown = [name for name in required if _REQUIRE_ALIASES.get(name, name) not in enforced]
         if unknown:
-            raise ValueError(f"unknown protections {unknown}; choose from {sorted(enforced)}")
-        missing = [name for name in required if not enforced[name]]
+            known = sorted({*enforced, *_REQUIRE_ALIASES})
+            raise ValueError(f"unknown protections {unknown}; choose from {known}")
+        missing = [name for name in required if not enforced[_REQUIRE_ALIASES.get(name, name)]]
         if not missing:
             return
         reasons = "; ".join(f"{k}: {v}" for k, v in description["unavailable"].items())
         message = f"required protections are not active here: {', '.join(missing)}"
         if reasons:
             message += f" ({reasons})"
-        if "pyseccomp is not installed" in reasons:
-            raise MissingDependency(message)
         raise BoundaryError(message)
+
+
+# The OS mechanisms `describe()["unavailable"]` names, as the protections they give.
+_REQUIRE_ALIASES = {
+    "seccomp": "syscall_filter",
+    "landlock": "filesystem_confinement",
+    "network_namespace": "network_isolation",
+}
 
 
 # ---- helpers ----------------------------------------------------------------------------------------

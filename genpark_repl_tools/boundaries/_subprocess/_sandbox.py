@@ -21,6 +21,7 @@ import resource
 import signal
 import socket
 import stat
+import struct
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ LINUX = sys.platform.startswith("linux")
 
 # prctl options
 _PR_SET_PDEATHSIG = 1
+_PR_GET_SECCOMP = 21
 _PR_SET_SECCOMP = 22
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
@@ -115,6 +117,9 @@ _DENIED_SYSCALLS = (
     "open_tree",
     "fsopen",
     "fsmount",
+    "fsconfig",
+    "fspick",
+    "mount_setattr",
     "kexec_load",
     "kexec_file_load",
     "init_module",
@@ -319,58 +324,167 @@ def _enter_network_namespace(prepared: Prepared) -> None:
 
 
 def _build_seccomp(prepared: Prepared, *, block_inet: bool, block_unix: bool) -> None:
-    try:
-        import pyseccomp as sc  # type: ignore[import-untyped,unused-ignore]
-    except ImportError:
-        prepared.seccomp_reason = "pyseccomp is not installed (pip install 'genpark-repl-tools[sandbox]')"
+    arch = _seccomp_arch()
+    if isinstance(arch, str):
+        prepared.seccomp_reason = arch
         return
-    except (OSError, RuntimeError) as exc:  # pyseccomp raises RuntimeError when libseccomp is missing
-        prepared.seccomp_reason = f"libseccomp unavailable: {exc}"
+    if _c().prctl(_PR_GET_SECCOMP, 0, 0, 0, 0) < 0:
+        prepared.seccomp_reason = f"the kernel has no seccomp: {_errno_text()}"
         return
-    try:
-        flt = sc.SyscallFilter(sc.ALLOW)
-        eperm = sc.ERRNO(errno.EPERM)
-        for name in _DENIED_SYSCALLS:
-            if sc.resolve_syscall(sc.Arch.NATIVE, name) >= 0:  # negative: not on this architecture
-                flt.add_rule(eperm, name)
-        for flag in _NAMESPACE_FLAGS:
-            flt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
-        # clone3 passes its flags in memory a filter cannot read; ENOSYS makes libc fall back to clone.
-        flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-        # getrlimit is prlimit64(pid, res, NULL, &old): refuse only calls that set a limit.
-        flt.add_rule(eperm, "prlimit64", sc.Arg(2, sc.NE, 0))
-        if block_inet:
-            for family in (socket.AF_INET, socket.AF_INET6):
-                flt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.EQ, family))
-        if block_unix:
-            # Pathname Unix sockets are outside any network namespace, and Landlock does not cover
-            # connect(): without this a worker could reach host daemons (a uid-0 worker even
-            # root-only ones such as /run/docker.sock). socketpair(), which asyncio and
-            # multiprocessing use, is another syscall and stays allowed.
-            flt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.EQ, socket.AF_UNIX))
-        r, w = os.pipe()
+    bpf = seccomp_bpf(arch, block_inet=block_inet, block_unix=block_unix)
+    program = _seccomp_program(bpf)
+    # A container runtime's own filter may refuse a nested one; find out here, in a throwaway
+    # child, so the filter is reported unavailable instead of every worker failing to start.
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
         try:
+            _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+            _load_seccomp(program)
+        except OSError as exc:
+            os._exit(100 + (exc.errno or 0) % 100)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        code = os.waitstatus_to_exitcode(status)
+        why = os.strerror(code - 100) if 100 <= code < 200 else f"exit status {code}"
+        prepared.seccomp_reason = f"installing a seccomp filter was refused: {why}"
+        return
+    prepared.seccomp_bpf = bpf
+    prepared.seccomp_program = program
+    prepared.seccomp_blocks_inet = block_inet
+    prepared.seccomp_blocks_unix = block_unix
 
-            class _Pipe:
-                def fileno(self) -> int:
-                    return w
 
-            flt.export_bpf(_Pipe())
-            os.close(w)
-            w = -1
-            chunks = []
-            while chunk := os.read(r, 65536):
-                chunks.append(chunk)
-        finally:
-            os.close(r)
-            if w >= 0:
-                os.close(w)
-        prepared.seccomp_bpf = b"".join(chunks)
-        prepared.seccomp_program = _seccomp_program(prepared.seccomp_bpf)
-        prepared.seccomp_blocks_inet = block_inet
-        prepared.seccomp_blocks_unix = block_unix
-    except OSError as exc:
-        prepared.seccomp_reason = f"building the seccomp filter failed: {exc}"
+# ---- the seccomp program (classic BPF, built here: no libseccomp needed) ---------------------------
+
+_SYSCALLS: dict[str, dict[str, int]] = {
+    # x86_64: arch/x86/entry/syscalls/syscall_64.tbl
+    "x86_64": {
+        "setsid": 112, "setpgid": 109, "unshare": 272, "setns": 308, "ptrace": 101,
+        "process_vm_readv": 310, "process_vm_writev": 311, "mount": 165, "umount2": 166,
+        "pivot_root": 155, "chroot": 161, "move_mount": 429, "open_tree": 428, "fsopen": 430,
+        "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kexec_load": 246,
+        "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176,
+        "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "bpf": 321,
+        "perf_event_open": 298, "userfaultfd": 323, "keyctl": 250, "add_key": 248,
+        "request_key": 249, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "open_by_handle_at": 304, "setrlimit": 160, "clone": 56, "clone3": 435, "prlimit64": 302,
+        "socket": 41,
+    },
+    # aarch64: include/uapi/asm-generic/unistd.h
+    "aarch64": {
+        "setsid": 157, "setpgid": 154, "unshare": 97, "setns": 268, "ptrace": 117,
+        "process_vm_readv": 270, "process_vm_writev": 271, "mount": 40, "umount2": 39,
+        "pivot_root": 41, "chroot": 51, "move_mount": 429, "open_tree": 428, "fsopen": 430,
+        "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kexec_load": 104,
+        "kexec_file_load": 294, "init_module": 105, "finit_module": 273, "delete_module": 106,
+        "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89, "bpf": 280,
+        "perf_event_open": 241, "userfaultfd": 282, "keyctl": 219, "add_key": 217,
+        "request_key": 218, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "open_by_handle_at": 265, "setrlimit": 164, "clone": 220, "clone3": 435, "prlimit64": 261,
+        "socket": 198,
+    },
+}  # fmt: skip
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_X32_SYSCALL_BIT = 0x40000000
+
+# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6] (little-endian on both)
+_DATA_NR, _DATA_ARCH = 0, 4
+_BPF_LD_W_ABS = 0x20
+_BPF_JEQ = 0x15
+_BPF_JGE = 0x35
+_BPF_JSET = 0x45
+_BPF_RET = 0x06
+_RET_KILL_PROCESS = 0x80000000
+_RET_ERRNO = 0x00050000
+_RET_ALLOW = 0x7FFF0000
+
+
+def _seccomp_arch() -> str | tuple[str, int]:
+    """(name, audit arch) of this process's system calls, or why there is no filter for it."""
+    machine = os.uname().machine
+    name = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    if name not in _SYSCALLS:
+        return f"no seccomp filter for this architecture ({machine}; x86_64 and aarch64 have one)"
+    if ctypes.sizeof(ctypes.c_void_p) != 8:  # a 32-bit interpreter makes the 32-bit calls
+        return f"no seccomp filter for a 32-bit interpreter on {machine}"
+    return name, _AUDIT_ARCH[name]
+
+
+def _arg_low(index: int) -> int:
+    return 16 + 8 * index
+
+
+def seccomp_bpf(arch: tuple[str, int], *, block_inet: bool, block_unix: bool) -> bytes:
+    """The worker's filter as a classic BPF program (struct sock_filter[]).
+
+    Arguments the kernel reads as 32-bit values (socket's family, clone's flags) are compared on
+    their low half only: a rule on all 64 bits would let a raw call with high bits set slip past it.
+    """
+    name, audit = arch
+    nr = _SYSCALLS[name]
+    code: list[tuple[int, int, int, int]] = []
+
+    def ld(offset: int) -> None:
+        code.append((_BPF_LD_W_ABS, 0, 0, offset))
+
+    def ret(value: int) -> None:
+        code.append((_BPF_RET, 0, 0, value))
+
+    def on_syscall(syscall: str, body: list[tuple[int, int, int, int]]) -> None:
+        # `body` ends in a return on every path, so nothing after it needs the number reloaded.
+        code.append((_BPF_JEQ, 0, len(body), nr[syscall]))
+        code.extend(body)
+
+    def refuse(value: int) -> tuple[int, int, int, int]:
+        return (_BPF_RET, 0, 0, _RET_ERRNO | value)
+
+    allow = (_BPF_RET, 0, 0, _RET_ALLOW)
+    ld(_DATA_ARCH)
+    code.append((_BPF_JEQ, 1, 0, audit))  # another ABI (i386 or arm32 compat calls): kill
+    ret(_RET_KILL_PROCESS)
+    ld(_DATA_NR)
+    if name == "x86_64":  # x32 calls carry this bit and reach the same kernel code by other numbers
+        code.append((_BPF_JGE, 0, 1, _X32_SYSCALL_BIT))
+        ret(_RET_KILL_PROCESS)
+    for syscall in _DENIED_SYSCALLS:
+        on_syscall(syscall, [refuse(errno.EPERM)])
+    namespaces = functools.reduce(lambda a, b: a | b, _NAMESPACE_FLAGS)
+    on_syscall(
+        "clone",
+        [(_BPF_LD_W_ABS, 0, 0, _arg_low(0)), (_BPF_JSET, 0, 1, namespaces), refuse(errno.EPERM), allow],
+    )
+    # clone3 passes its flags in memory a filter cannot read; ENOSYS makes libc fall back to clone.
+    on_syscall("clone3", [refuse(errno.ENOSYS)])
+    # getrlimit is prlimit64(pid, res, NULL, &old): refuse only calls that pass a new limit (a
+    # 64-bit pointer: either half non-zero).
+    on_syscall(
+        "prlimit64",
+        [
+            (_BPF_LD_W_ABS, 0, 0, _arg_low(2)),
+            (_BPF_JEQ, 0, 2, 0),
+            (_BPF_LD_W_ABS, 0, 0, _arg_low(2) + 4),
+            (_BPF_JEQ, 1, 0, 0),
+            refuse(errno.EPERM),
+            allow,
+        ],
+    )
+    families = []
+    if block_inet:
+        families += [socket.AF_INET, socket.AF_INET6]
+    if block_unix:
+        # Pathname Unix sockets are outside any network namespace, and Landlock does not cover
+        # connect(): without this a worker could reach host daemons (a uid-0 worker even
+        # root-only ones such as /run/docker.sock). socketpair(), which asyncio and
+        # multiprocessing use, is another syscall and stays allowed.
+        families.append(socket.AF_UNIX)
+    if families:
+        body: list[tuple[int, int, int, int]] = [(_BPF_LD_W_ABS, 0, 0, _arg_low(0))]
+        for family in families:
+            body += [(_BPF_JEQ, 0, 1, int(family)), refuse(errno.EACCES)]
+        on_syscall("socket", [*body, allow])
+    code.append(allow)
+    return b"".join(struct.pack("=HBBI", *insn) for insn in code)
 
 
 def _detect_landlock(prepared: Prepared) -> None:
