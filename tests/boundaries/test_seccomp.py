@@ -161,7 +161,7 @@ def test_a_missing_protection_is_reported_and_can_be_required(
         ReplEngine(boundary="subprocess", python=python, require=(missing, other))
     message = str(refused.value)
     assert f"not active here: {missing}" in message and why in message
-    assert other not in message.split("(")[0]
+    assert other not in message.split("(", maxsplit=1)[0]
 
 
 @pytest.mark.usefixtures("has_all")
@@ -173,6 +173,7 @@ def test_the_cli_says_what_is_missing_once_and_require_refuses(tmp_path: Path) -
         [python, "-m", "genpark_repl_tools", "--boundary", "subprocess"],
         input="6 * 7\n:policy trusted\n1 + 1\n",
         capture_output=True,
+        check=False,
         text=True,
         timeout=120,
         env=env,
@@ -186,6 +187,7 @@ def test_the_cli_says_what_is_missing_once_and_require_refuses(tmp_path: Path) -
         [python, "-m", "genpark_repl_tools", "mcp", "--require", "landlock"],
         stdin=subprocess.DEVNULL,
         capture_output=True,
+        check=False,
         text=True,
         timeout=120,
         env=env,
