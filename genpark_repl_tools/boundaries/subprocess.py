@@ -115,10 +115,11 @@ class SubprocessBoundary(BaseBoundary):
         default_memory_mb  the address-space cap of a worker when Limits.memory_mb is not set
                         (4096 MiB: a memory bomb fails inside its worker, never on the host);
                         None lifts it
-        checkpoints     before each cell the worker forks a paused copy of itself; when the cell
-                        ends the worker (crash, deadline kill of C code, interrupt that had to
-                        kill), the copy becomes the session's worker and the session goes on from
-                        before the cell (default True; Linux with a child subreaper)
+        checkpoints     after each reply the worker forks a paused copy of itself, ready for
+                        the next cell (off the call's path); when that cell ends the worker
+                        (crash, deadline kill of C code, interrupt that had to kill), the copy
+                        becomes the session's worker and the session goes on from before the
+                        cell (default True; Linux with a child subreaper)
     """
 
     name = "subprocess"

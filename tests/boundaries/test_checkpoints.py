@@ -1,4 +1,4 @@
-"""Checkpoints on the subprocess boundary, without a store: before each cell the worker forks a paused
+"""Checkpoints on the subprocess boundary, without a store: after each reply the worker forks a paused
 copy of itself, and a cell that ends the worker leaves the session as it was before that cell.
 
 Each killer the boundary stops by ending the worker is tried with real processes: os._exit, a
@@ -112,15 +112,40 @@ def test_files_the_cell_wrote_stay(engine: ReplEngine) -> None:
     assert engine.run("open('out.txt').read()").value == "'written'"
 
 
-def test_a_cell_that_ends_normally_leaves_no_copy(engine: ReplEngine) -> None:
+def live_children(pid: int) -> list[int]:
+    return [child for child in children(pid) if alive(child)]
+
+
+def test_between_cells_one_new_copy_waits(engine: ReplEngine) -> None:
     engine.run(SETUP)
+    pid = int(engine.run("import os; os.getpid()").value or 0)
+    assert wait_for(lambda: len(live_children(pid)) == 1, timeout=5)
+    copies = live_children(pid)
     for _ in range(3):
         engine.run("kept.append(0); kept.pop()")
-    pid = int(engine.run("import os; os.getpid()").value or 0)
-    # The worker's copy is killed right after each reply (and reaped before the next fork): no child of
-    # the worker runs between cells, and at most the last copy waits to be reaped.
-    assert wait_for(lambda: not any(alive(child) for child in children(pid)), timeout=5)
-    assert len(children(pid)) <= 1
+        # After the reply the worker forks the next cell's copy and only then ends the last one:
+        # one copy runs at any time (two while they change places), a new one after each cell.
+        assert wait_for(lambda seen=list(copies): set(live_children(pid)) - set(seen) != set(), timeout=5)
+        assert wait_for(lambda: len(live_children(pid)) == 1, timeout=5)
+        copies += live_children(pid)
+    assert len(set(copies)) == 4
+    # Ended copies are reaped as they finish, not collected as zombies.
+    assert wait_for(lambda: len(children(pid)) <= 2, timeout=5)
+
+
+def test_the_copy_holds_the_state_from_just_before_the_cell(engine: ReplEngine) -> None:
+    # Each request in a row changes the state, the next one crashes: the copy it resumes from was
+    # forked after the last reply, even when the crashing request arrives while that fork runs.
+    engine.run(SETUP)
+    for n in range(5):
+        assert engine.run(f"kept.append({n})").status == "ok"
+        failed = engine.run("import os\nos._exit(1)")
+        assert failed.rolled_back is True
+        assert engine.run("kept").value == repr([1, 2, 3, *range(n + 1)])
+    engine.reset()
+    failed = engine.run("import os\nos._exit(1)")
+    assert failed.rolled_back is True
+    assert engine.run("'kept' in dir()").value == "False"
 
 
 def test_copies_do_not_outlive_the_session_or_the_engine() -> None:
@@ -136,7 +161,7 @@ def test_copies_do_not_outlive_the_session_or_the_engine() -> None:
         )
         worker, copy = (int(p) for p in (ran.value or "''").strip("'").split())
         assert alive(copy)
-        engine.run("x = 1")  # the copy of that cell went with its reply
+        engine.run("x = 1")  # the copy of that cell went once the next one existed
         assert wait_gone([copy]) == []
         # A rolled-back session's worker is the copy; closing the session ends it.
         engine.run("import os\nos._exit(1)")
@@ -151,7 +176,7 @@ def test_copies_do_not_outlive_the_session_or_the_engine() -> None:
         def long_cell() -> None:
             engine.run(
                 "import os, time\nme = os.getpid()\n"
-                "with open(f'/proc/{me}/task/{me}/children') as f:\n    copy = f.read().strip()\n"
+                "with open(f'/proc/{me}/task/{me}/children') as f:\n    copy = f.read().split()[-1]\n"
                 "with open('pids.txt', 'w') as f:\n    f.write(f'{me} {copy}')\n"
                 "time.sleep(30)",
                 session="b",

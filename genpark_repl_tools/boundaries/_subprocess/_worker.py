@@ -237,11 +237,13 @@ class _Worker:
         self._limits_by_timeout: dict[float, Limits] = {limits.timeout_s: limits}
         self._parts: list[bytes] = []  # LOAD_PART payloads before their LOAD
         self.replied: ExecutionResult | None = None  # the result of the reply being sent
-        # Checkpoints: our end of a socket to the zygote (None: off), the copy kept for the cell in
-        # progress, and the zygote, which becomes the copy's parent once this process is gone.
+        # Checkpoints: our end of a socket to the zygote (None: off), the copy of the state as it is
+        # now (for the next request; 0: none, and no_copy says why), and the zygote, which becomes
+        # the copy's parent once this process is gone.
         self.channel = channel
         self.copy_pid = 0
-        self.dropped = 0  # the last cell's copy, killed and not reaped yet
+        self.no_copy = "no copy was taken yet"
+        self.dropped: list[int] = []  # earlier copies, killed and not reaped yet
         self.zygote_pid = os.getppid()
         self._cells_since_collect = 0
         self._collect_cost = 0.0
@@ -253,6 +255,7 @@ class _Worker:
         while True:
             try:
                 P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
+                self._checkpoint()  # the first request's, while the host reads READY
                 frames = P.FrameBuffer()
                 sock = self.sock
                 while True:
@@ -287,8 +290,9 @@ class _Worker:
                     _flush_all()
                     sock.sendall(P.encode(reply_kind, reply, rid))
                     self.replied = None
-                    if self.copy_pid:
-                        self._drop_checkpoint()
+                    # Off the call's path: while the host reads the reply and the worker would
+                    # otherwise wait. A request that arrives meanwhile waits in the socket for it.
+                    self._checkpoint()
             except _Resumed:
                 continue
 
@@ -320,9 +324,9 @@ class _Worker:
 
     def _exec(self, payload: bytes) -> tuple[int, bytes]:
         code, timeout_s = P.decode_exec(payload)
-        skipped = self._checkpoint()
-        if skipped is not None:  # the host words it, in the result or for the crash
-            P.send_frame(self.sock, P.NO_CHECKPOINT, _encode(skipped), rid=self.current)
+        if self.channel is not None and not self.copy_pid:
+            # Said before the cell runs: the host words it, in the result or for the crash.
+            P.send_frame(self.sock, P.NO_CHECKPOINT, _encode(self.no_copy), rid=self.current)
         started = time.perf_counter()
         own, children = _rusage()
         cpu_started = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -368,24 +372,58 @@ class _Worker:
             return P.RESULT, fallback.model_dump_json().encode()
 
     # ---- checkpoints ------------------------------------------------------------------------------
-    # Before each cell the worker forks a copy of itself that waits, paused, on the checkpoint
-    # channel. If the cell ends this process, the zygote (the copy's parent from then on: it is a
-    # child subreaper) moves the copy out of the dead worker's process group before killing that
-    # group, and on the host's request hands it a new socket and pipes: the session goes on with
-    # its state from before the cell. A cell that ends normally drops its copy.
+    # After each reply (and after READY) the worker forks a copy of itself that waits, paused, on the
+    # checkpoint channel: the state then is exactly the state the next request starts from, and the
+    # worker would otherwise wait for that request. If the next cell ends this process, the zygote
+    # (the copy's parent from then on: it is a child subreaper) moves the copy out of the dead
+    # worker's process group before killing that group, and on the host's request hands it a new
+    # socket and pipes: the session goes on with its state from before the cell. The previous copy
+    # goes once the new one exists.
+    #
+    # Why every interleaving is safe: the zygote resumes only the last pid announced. Before the
+    # fork the worker announces 0 (the previous copy holds the state from before the request just
+    # answered, stale now), and the new pid only once the copy exists; requests are served one at a
+    # time after this returns. So a cell runs either with the announced copy of the state from just
+    # before it, or with none announced, and then it says so (NO_CHECKPOINT) before it runs.
 
-    def _checkpoint(self) -> str | None:
-        """Fork the paused copy; why none was taken, or None (taken, or checkpoints are off)."""
+    def _checkpoint(self) -> None:
+        """Replace the copy with one of the state as it is now, or record why there is none."""
         channel = self.channel
         if channel is None:
-            return None
+            return
+        old, self.copy_pid = self.copy_pid, 0
+        self._reap_dropped()
+        if old:
+            try:
+                channel.send(P.CHECKPOINT_PID.pack(0), socket.MSG_DONTWAIT)
+            except OSError:  # the zygote might still resume it: it must not exist any more
+                _end_process(old)
+                old = 0
+        gc.unfreeze()  # the objects frozen for the last request, collected now and then
+        self._collect_now_and_then()
         # A copy has only the forking thread: a thread the session started would be cut off in it,
         # and a lock it held would stay held there.
         if thread_count() > 1 + (watchdog.thread_id is not None):
-            return "the session's code started threads, which a copy of the process would not have"
-        if self.dropped:
-            _end_process(self.dropped)  # the last cell's copy: long gone by now, reaped here
-            self.dropped = 0
+            why: str | None = "the session's code started threads, which a copy of the process would not have"
+        else:
+            why, full = self._fork()
+            if full and old:  # at the process limit the stale copy makes room
+                _end_process(old)
+                old = 0
+                why, _ = self._fork()
+        self.no_copy = why or ""
+        if old:
+            with contextlib.suppress(OSError):
+                os.kill(old, signal.SIGKILL)
+            self.dropped.append(old)
+
+    def _fork(self) -> tuple[str | None, bool]:
+        """Fork and announce the copy (self.copy_pid). Returns why none was taken (None: taken)
+        and whether the process limit refused the fork."""
+        channel = self.channel
+        assert channel is not None
+        # Frozen while the next request runs, so a collection in the worker does not write to every
+        # page it shares with the copy.
         gc.freeze()
         try:
             with warnings.catch_warnings():
@@ -397,8 +435,9 @@ class _Worker:
                     pid = os.fork()
         except OSError as exc:
             gc.unfreeze()
-            why = "the process limit is reached" if exc.errno == errno.EAGAIN else exc.strerror or str(exc)
-            return f"the worker could not fork a copy of itself ({why})"
+            full = exc.errno == errno.EAGAIN
+            why = "the process limit is reached" if full else exc.strerror or str(exc)
+            return f"the worker could not fork a copy of itself ({why})", full
         if pid == 0:  # pragma: no cover - runs in the copy
             self._wait_as_checkpoint()
         try:
@@ -406,18 +445,21 @@ class _Worker:
         except OSError as exc:  # the zygote did not keep up: without its knowing, the copy is useless
             _end_process(pid)
             gc.unfreeze()
-            return f"the worker could not register its copy with the zygote ({exc})"
+            return f"the worker could not register its copy with the zygote ({exc})", False
         self.copy_pid = pid
-        return None
+        return None, False
 
-    def _drop_checkpoint(self) -> None:
-        """After the reply: the cell ended normally, so its copy goes; collect what the freeze kept.
-        It is reaped before the next fork, not here: its exit takes a while for a large session."""
-        pid, self.copy_pid = self.copy_pid, 0
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-        self.dropped = pid
-        gc.unfreeze()
+    def _reap_dropped(self) -> None:
+        """Reap the copies killed earlier that have exited (a large one's exit takes a while)."""
+        for pid in list(self.dropped):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except OSError:  # ChildProcessError too: session code may have reaped it
+                done = pid
+            if done:
+                self.dropped.remove(pid)
+
+    def _collect_now_and_then(self) -> None:
         self._cells_since_collect += 1
         now = time.monotonic()
         if (
@@ -437,6 +479,7 @@ class _Worker:
         assert channel is not None
         try:
             _reset_watchdog()
+            self.dropped = []  # the worker's children, not ours
             self.sock.close()
             os.close(self.interrupt_fd)
             os.dup2(0, 1)  # /dev/null, read-only: the copy writes nothing while it waits
@@ -469,7 +512,7 @@ class _Worker:
             self.interrupt_fd = interrupt_fd
             self.session.execution_count = int(request["execution_count"])
             self.cancelled.clear()  # request ids start over with the new socket
-            self.started = self.current = self.dropped = 0
+            self.started = self.current = 0
             self._parts.clear()
             gc.unfreeze()
         except BaseException:
