@@ -93,7 +93,7 @@ def refusal_layer(exc: BaseException) -> Literal["guard", "audit_hook", "os"] | 
 def events_from(result: ExecutionResult, code: str, call_id: str | None) -> list[AuditEvent]:
     """The refusals a result records (usually none)."""
     error = result.error
-    if result.status == "blocked":
+    if result.status == "blocked" and (error is None or error.refused_by is None):
         return [
             _event(result, code, call_id, "audit_finding", f.message, rule=f.rule,
                    error_type="PolicyViolation", line=f.line, column=f.column, source_line=f.source_line)

@@ -218,7 +218,12 @@ class FileChange(_Model):
 class ExecutionResult(_Model):
     """What happened when a piece of code ran in a session."""
 
-    status: Status
+    status: Status = Field(
+        description=(
+            "'blocked': the policy refused the code, before it ran (the audit) or while it ran (a "
+            "runtime guard: error.refused_by is set, what ran before the refusal is kept)."
+        )
+    )
     session: str
     execution_count: int = Field(0, description="Executions this session has run, this one included.")
     stdout: str = ""
@@ -229,7 +234,11 @@ class ExecutionResult(_Model):
     value_type: str | None = None
     value_truncated: bool = False
     error: ErrorInfo | None = None
-    findings: list[AuditFinding] = Field(default_factory=list, description="Why the audit refused the code.")
+    findings: list[AuditFinding] = Field(
+        default_factory=list,
+        description="Why the policy refused the code (status 'blocked'): the audit's findings, or the "
+        "one refusal of a runtime guard (rule 'runtime-guard' or 'audit-hook').",
+    )
     changes: VariableChanges = Field(default_factory=VariableChanges)
     attachments: list[Attachment] = Field(default_factory=list)
     duration_ms: float = 0.0

@@ -95,6 +95,8 @@ def _status_line(result: ExecutionResult) -> str:
             return "OK"
         return "OK (no output; end the code with an expression or print() to see a value)"
     if result.status == "blocked":
+        if error is not None and error.refused_by is not None:  # a runtime guard, as the code ran
+            return f"Blocked by policy '{result.policy}' while running; the lines before it ran."
         return f"Blocked by policy '{result.policy}': nothing ran and no variable changed."
     assert error is not None
     label = {"error": "Error", "timeout": "Timeout", "cancelled": "Cancelled", "crashed": "Crashed"}[
@@ -126,7 +128,7 @@ def _traceback_section(result: ExecutionResult) -> str:
     error = result.error
     if (
         error is None
-        or result.status not in ("error", "timeout", "cancelled")
+        or result.status not in ("error", "blocked", "timeout", "cancelled")
         or error.traceback.count('  File "') < 2
     ):
         return ""

@@ -21,7 +21,15 @@ from ._capture import BoundedText, Capture, OutputCapture, TextSink, exit_execut
 from ._compile import CELL_PREFIX, VALUE_NAME, CompiledCell, compile_cell
 from ._introspect import describe_fields, type_name, value_repr, variable_name
 from ._limits import Limits
-from ._models import Attachment, ErrorInfo, ExecutionResult, Usage, VariableChanges, VariableInfo
+from ._models import (
+    Attachment,
+    AuditFinding,
+    ErrorInfo,
+    ExecutionResult,
+    Usage,
+    VariableChanges,
+    VariableInfo,
+)
 from ._rich import FigureRun
 from ._session import Session
 from ._text import clean
@@ -196,6 +204,19 @@ def run_cell(
             optional["error"] = failure
             if failure.type == "SystemExit" and failure.message in ("0", "None", ""):
                 notes.append("SystemExit does not end the session; its variables are kept.")
+            elif failure.refused_by in ("guard", "audit_hook"):
+                # The policy refused while the code ran: the same status and a finding, as when the
+                # audit refuses before it runs (what ran before the refusal is kept and shown).
+                status = "blocked"
+                optional["findings"] = [
+                    AuditFinding(
+                        rule="runtime-guard" if failure.refused_by == "guard" else "audit-hook",
+                        message=failure.message,
+                        line=failure.line,
+                        column=failure.column,
+                        source_line=failure.source_line,
+                    )
+                ]
             else:
                 status = "error"
     return ExecutionResult(

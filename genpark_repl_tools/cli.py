@@ -249,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[policy_opts],
         help="the policy's static audit of a file, without running it",
         description="Print what the policy's static audit refuses in a file, without running it. "
+        "It judges the text only: files opened, names built at run time, processes, sockets and "
+        "threads are seen by the run, whose runtime guards can still block it. "
         "Exit code: 0 allowed, 1 syntax error, 2 usage, 3 blocked.",
     )
     audit.add_argument("file", metavar="FILE", help="Python file, or - to read stdin")
@@ -506,6 +508,14 @@ def _report_stream(stack: contextlib.ExitStack) -> TextIO:
     return out
 
 
+# What the static audit cannot judge, said wherever it allows code: `run` can still be blocked.
+_AUDIT_SEES_TEXT_ONLY = (
+    "The audit judges the text only. Only the run sees the files code opens, names it builds "
+    "(getattr, imports by a computed name), and the processes, sockets and threads it starts: the "
+    "policy's runtime guards can still block those (run's exit code 3)."
+)
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     code, _ = _read_source(args.file)
     try:
@@ -521,8 +531,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         report = engine.audit(code)
     if getattr(args, "json", False):
         print(report.model_dump_json(indent=2))
+    elif report.allowed and not engine.policy.restricted:
+        print(f"Allowed under policy '{report.policy}' (it refuses nothing).")
     elif report.allowed:
-        print(f"Allowed under policy '{report.policy}'.")
+        print(f"Allowed by the static audit of policy '{report.policy}'.\n{_AUDIT_SEES_TEXT_ONLY}")
     else:
         print(f"Blocked by policy '{report.policy}':\n{report.describe()}")
     return EXIT_OK if report.allowed else EXIT_BLOCKED

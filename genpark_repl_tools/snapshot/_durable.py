@@ -233,10 +233,11 @@ def _hibernator(ref: weakref.ref[Durability], stop: threading.Event, interval: f
 
 def _ran(result: ExecutionResult) -> bool:
     """Whether the run executed code (it may have changed the session, even in place)."""
-    return result.status != "blocked" and not (
-        result.status == "error"
-        and result.error is not None
-        and result.error.type in ("SyntaxError", "InputTooLarge")
+    error = result.error
+    if result.status == "blocked":  # by a runtime guard (refused_by), the code ran up to the refusal
+        return error is not None and error.refused_by is not None
+    return not (
+        result.status == "error" and error is not None and error.type in ("SyntaxError", "InputTooLarge")
     )
 
 

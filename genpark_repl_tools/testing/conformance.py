@@ -391,6 +391,29 @@ class BoundaryConformance:
         with pytest.raises(EngineClosed):
             engine.fork("one", "three")
 
+    # ---- refusals by the policy ------------------------------------------------------------------
+    # One status whichever layer refused: a caller (the CLI's exit code, an agent) need not know
+    # whether the audit saw it in the text or a runtime guard saw it while the code ran.
+
+    def test_a_refusal_by_the_policy_is_blocked_before_or_while_running(
+        self, make_engine: MakeEngine
+    ) -> None:
+        engine = make_engine(policy="standard", limits=Limits(timeout_s=10.0))
+        before = engine.run("import socket", session="p")
+        assert (before.status, [f.rule for f in before.findings]) == ("blocked", ["import"])
+        assert before.changes.is_empty()
+        during = engine.run("kept = 1\nopen('/etc/passwd').read()", session="p")
+        assert during.status == "blocked", during.to_observation()
+        assert during.error is not None and during.error.refused_by == "guard"
+        rules = [(f.rule, f.line, f.message.split(" is not")[0]) for f in during.findings]
+        assert rules == [("runtime-guard", 2, "opening '/etc/passwd'")]
+        assert [v.name for v in during.changes.created] == ["kept"]
+        assert "Blocked by policy 'standard' while running" in during.to_observation()
+        assert engine.run("kept", session="p").value == "1"  # what ran before the refusal is kept
+        # The neighbour: code raising a PermissionError itself was refused by nothing.
+        own = engine.run("raise PermissionError('mine')", session="p")
+        assert (own.status, own.error and own.error.refused_by) == ("error", None)
+
     def test_result_is_plain_json_and_round_trips(self, engine: ReplEngine) -> None:
         result = engine.run("import sys\nxs = [1, 2]\nprint('o')\nprint('e', file=sys.stderr)\nxs")
         data = result.model_dump(mode="json")

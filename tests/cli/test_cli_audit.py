@@ -47,7 +47,7 @@ def test_allowed_code_exits_0_and_runs_nothing(
     marker = tmp_path / "ran"
     code = main(["audit", "--policy", "trusted", write_script(f"open({str(marker)!r}, 'w').write('x')")])
     assert code == 0
-    assert capsys.readouterr().out == "Allowed under policy 'trusted'.\n"
+    assert capsys.readouterr().out == "Allowed under policy 'trusted' (it refuses nothing).\n"
     assert not marker.exists()
 
 
@@ -98,3 +98,19 @@ def test_blocked_with_a_real_restricting_policy(
     assert main(["audit", "--policy", preset, write_script("import socket\n")]) == 3
     out = capsys.readouterr().out
     assert out.startswith(f"Blocked by policy '{preset}':\nline 1")
+
+
+def test_allowed_by_the_audit_says_the_run_can_still_block_it(
+    write_script: WriteScript, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The audit reads the text: a path is only known when the code runs, and the run refuses it.
+    # (strict has no open() at all, so its audit refuses this already.)
+    script = write_script("data = open('/etc/passwd').read()\n")
+    assert main(["audit", "--policy", "standard", script]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("Allowed by the static audit of policy 'standard'.\n")
+    assert "judges the text only" in said and "the files code opens" in said
+    assert main(["run", "--policy", "standard", script]) == cli.EXIT_BLOCKED
+    ran = capsys.readouterr().out
+    assert ran.startswith("Blocked by policy 'standard' while running;"), ran
+    assert "line 1:8: opening '/etc/passwd' is not allowed" in ran, ran

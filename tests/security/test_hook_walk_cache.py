@@ -98,7 +98,7 @@ def test_activation_by_host_code_that_sandboxed_code_called_is_refused(engine: R
         _from_many_frames(namespace["go"], 20)
     # Inside an execution too: the cell calls the host function.
     result = engine.run("go()", session="activation")
-    assert result.status == "error" and result.error is not None
+    assert result.status == "blocked" and result.error is not None
     assert "activating sandbox rules from sandboxed code" in result.error.message
     host_activates()
 

@@ -42,7 +42,7 @@ def test_a_shared_cell_reads_only_its_own_sessions_files(engine: ReplEngine) -> 
             assert (mine.status, mine.value) == ("ok", repr(session)), mine.to_observation()
             assert engine.run(f"target = {own[other]!r}", session).ok
             theirs = engine.run(READ, session)
-            assert theirs.status == "error", (round_, theirs.to_observation())
+            assert theirs.status == "blocked", (round_, theirs.to_observation())
             assert "not allowed under policy 'standard'" in (theirs.error.message if theirs.error else "")
 
 
@@ -57,5 +57,5 @@ def test_many_sessions_share_a_cell(engine: ReplEngine) -> None:
     for session, neighbour in zip(sessions, sessions[1:] + sessions[:1], strict=True):
         assert [f.name for f in engine.files(session)] == ["note.txt"]
         escape = engine.run(f"open({workspace(engine, neighbour)!r} + '/x.txt', 'w')", session)
-        assert escape.status == "error", escape.to_observation()
+        assert escape.status == "blocked", escape.to_observation()
         assert [f.name for f in engine.files(neighbour)] == ["note.txt"]
