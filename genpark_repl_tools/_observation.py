@@ -156,7 +156,7 @@ def render_variable(info: VariableInfo) -> str:
     lines = [f"{escape_name(info.name)}: {variable_label(info)}"]
     if info.summary:
         lines.append(info.summary)
-    lines.append(info.repr + (" (shortened)" if info.repr_truncated else ""))
+    lines.append(info.repr)  # a cut repr carries its own marker ("[shortened; len N]", "more characters")
     return escape_controls("\n".join(lines))
 
 

@@ -128,6 +128,14 @@ def test_vars_inspect_and_reset() -> None:
     assert lines[-2:] == ["Session reset: every variable is gone.", "No variables defined yet."]
 
 
+def test_inspect_marks_a_shortened_value_once() -> None:
+    # Every cut repr carries its own marker (with the length); a second one said nothing new.
+    out, _, _ = drive("big = 'x' * 1_000_000\nitems = list(range(100_000))\n:inspect big\n:inspect items\n")
+    assert out.count("shortened") == 2, out[-400:]
+    assert "[shortened; len 1,000,000]" in out
+    assert "(shortened)" not in out
+
+
 def test_quit_stops_reading_and_closes_the_engine() -> None:
     out, code, engine = drive("1 + 1\n:quit\nprint('not reached')\n")
     assert code == 0

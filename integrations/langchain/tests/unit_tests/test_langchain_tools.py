@@ -298,7 +298,7 @@ def test_inspect_one_variable(engine: ReplEngine) -> None:
     message = as_call(GenparkInspectTool(engine=engine), thread("t"), name="word")
     header, body = message.content.split("\n", 1)
     assert header == "word: str, len 5000"
-    assert body.endswith("(shortened)")
+    assert body.endswith("[shortened; len 5,000]")
     assert len(body) < 2_200  # the engine's bounded repr, not 5000 characters
     assert message.artifact["variable"]["name"] == "word"
     assert message.artifact["variable"]["repr_truncated"] is True
