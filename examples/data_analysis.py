@@ -2,7 +2,8 @@
 
 Each step is a piece of code an agent would send to the tool, and what it prints is the observation
 the model would read. Figures come back as PNG attachments; the plot is saved to
-./data_analysis.png (or the path given as the first argument). Offline: no model, no network.
+genpark-repl-examples/data_analysis.png in the system's temporary directory (the path is printed),
+or to the path given as the first argument. Offline: no model, no network.
 Needs pandas and matplotlib (`python3 scripts/dev.py test` installs them into .venv).
 
 Run it with:  .venv/bin/python examples/data_analysis.py
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from genpark_repl_tools import ExecutionResult, Limits, Policy, ReplEngine
 
-IMAGE = Path("data_analysis.png")  # the current directory, never the repository's tracked docs
+# Outside the current directory: run from a clone, the example must not leave an untracked file in it.
+IMAGE = Path(tempfile.gettempdir()) / "genpark-repl-examples" / "data_analysis.png"
 
 WRITE_CSV = """
 rows = [
@@ -87,5 +89,5 @@ def main(image: Path = IMAGE) -> None:
 
 
 if __name__ == "__main__":
-    # Optional argument: where to save the plot (default: ./data_analysis.png).
+    # Optional argument: where to save the plot (default: IMAGE, in the temporary directory).
     main(Path(sys.argv[1]) if len(sys.argv) > 1 else IMAGE)

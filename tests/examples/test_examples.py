@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,27 @@ def test_data_analysis_saves_a_png(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert image.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert 'Attached image/png 700x400: figure 1 "Monthly revenue by region"' in done.stdout
+
+
+def test_data_analysis_leaves_nothing_where_it_runs(tmp_path: Path) -> None:
+    # Run as the README says, from the top of a clone: the plot goes to the temporary directory.
+    clone, temp = tmp_path / "clone", tmp_path / "temp"
+    clone.mkdir()
+    temp.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples/data_analysis.py")],
+        cwd=clone,
+        env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert list(clone.iterdir()) == []
+    image = temp / "genpark-repl-examples" / "data_analysis.png"
+    assert f"to {image}\n" in done.stdout
+    assert image.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_langchain_agent_offline() -> None:
