@@ -170,7 +170,8 @@ def _bench(rest: list[str]) -> int:
 # requires-python's floor up to the current CPython. pyenv provides 3.10-3.13; 3.14 and 3.15 come from a
 # Debian sid root (scripts/pyroot.py) and run inside it. The oldest and the newest run everything; the others
 # run the core suite (tests/security and tests/policy included) in a venv without any framework (the core
-# must not need one). Timings on two shared cores: a full run 9-10 minutes, a core run about half that.
+# must not need one). A full run takes 9.5-13 minutes on two cores shared with other work (5-7.5 minutes of
+# CPU), a core run about half: .ci/run's header has the whole budget.
 MATRIX = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
 FULL_ON = ("3.10", "3.15")
 ROOTED = ("3.14", "3.15")  # not in pyenv here: sid's python3 is 3.14, and it packages python3.15
