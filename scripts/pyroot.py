@@ -149,6 +149,7 @@ def ensure() -> Path:
     if ROOT.exists() and STAMP.exists():
         # Complete but for an older package list: add what is new rather than start again.
         print(f"pyroot: updating the packages of {ROOT} ...", flush=True)
+        _apt(["update", "-qq"])  # the lists may predate a package that is new in PACKAGES
         _apt(["install", "-y", "-qq", "--no-install-recommends", *PACKAGES])
         STAMP.write_text(_digest())
         return ROOT
