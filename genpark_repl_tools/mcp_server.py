@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import hmac
 import ipaddress
+import json
 import secrets
 import socket
 import sys
@@ -745,6 +746,46 @@ class _StaticTokens:
         return None if client is None else AccessToken(token=token, client_id=client, scopes=[])
 
 
+# The MCP authorization spec's protected-resource metadata must name an OAuth authorization server;
+# with fixed tokens there is none, so none is served (a client looking for it gets a 404) and the 401
+# says instead how to pass a token (RFC 6750's challenge; the SDK's says only "Authentication required").
+_TOKEN_HINT = (
+    "send the header 'Authorization: Bearer TOKEN' with a token from this server's operator "
+    "(fixed tokens: no OAuth sign-in)"
+)
+_CHALLENGE = f'Bearer realm="genpark-repl", error="invalid_token", error_description="{_TOKEN_HINT}"'
+
+
+class _SayHowToSendAToken:
+    """ASGI middleware: every 401 carries `_CHALLENGE` and `_TOKEN_HINT` in place of the SDK's words."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        replaced = False
+
+        async def reply(message: Any) -> None:
+            nonlocal replaced
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                replaced = True
+                body = json.dumps({"error": "invalid_token", "error_description": _TOKEN_HINT}).encode()
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", _CHALLENGE.encode()),
+                ]
+                await send({"type": "http.response.start", "status": 401, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+            elif not (replaced and message["type"] == "http.response.body"):  # the SDK's body goes
+                await send(message)
+
+        await self.app(scope, receive, reply)
+
+
 class _HttpReplServer(_ReplServer):
     """`_ReplServer` for many clients: each call runs as its token's client (`_CLIENT`), and a client
     with `calls_per_client` calls running is refused another. Security model: `_ReplTools` over HTTP."""
@@ -790,7 +831,8 @@ def http_app(
     """The MCP server as an ASGI app speaking streamable HTTP at `path`; run it with any ASGI server.
 
     `tokens` ({token: client name}, see `load_tokens`): every request needs `Authorization: Bearer
-    TOKEN`, else HTTP 401 with `WWW-Authenticate: Bearer`; each client sees only its own sessions.
+    TOKEN`, else HTTP 401 whose `WWW-Authenticate: Bearer` challenge says how to send one (no OAuth:
+    no protected-resource metadata is served); each client sees only its own sessions.
     Without tokens, anyone who can connect is one shared client: only for loopback. `host` is what
     the app is bound to: on loopback, requests must name a loopback host (DNS-rebinding protection)
     or one of `allowed_hosts` ("name:port", "name:*"). The caller owns (and closes) the engine.
@@ -822,12 +864,15 @@ def http_app(
             allowed_hosts=[*loopback, *allowed_hosts],
             allowed_origins=[f"http://{h}" for h in loopback] + [f"https://{h}" for h in allowed_hosts],
         )
-    return server.streamable_http_app(
+    app = server.streamable_http_app(
         streamable_http_path=path,
         max_request_body_size=limits.max_body_bytes,
         transport_security=security,
         host=host,
     )
+    if tokens:
+        app.add_middleware(_SayHowToSendAToken)
+    return app
 
 
 def serve_http(

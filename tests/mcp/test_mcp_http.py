@@ -142,7 +142,10 @@ def test_a_missing_or_wrong_token_is_refused_with_401(http_server: HttpServer, t
     challenge = response.headers["WWW-Authenticate"]
     assert challenge.startswith("Bearer ")
     assert 'error="invalid_token"' in challenge
+    # How to pass one, in the challenge and the body: the server has fixed tokens, not OAuth.
+    assert "Authorization: Bearer TOKEN" in challenge
     assert response.json()["error"] == "invalid_token"
+    assert "Authorization: Bearer TOKEN" in response.json()["error_description"]
     assert "mcp-session-id" not in response.headers
 
     async def scenario() -> None:
