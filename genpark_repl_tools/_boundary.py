@@ -144,6 +144,11 @@ class BaseBoundary(ABC):
         """Whether the session's state was lost (its worker ended) and it would restart empty."""
         return False
 
+    def checkpointed(self, session: str) -> bool:
+        """Whether the session's last cell ran with a checkpoint (so the next one most likely does
+        too): a store may then be written on a cadence instead of after every cell."""
+        return False
+
     def session_workspace(self, session: str, *, create: bool = False) -> WorkspaceDir | None:
         """The directory holding `session`'s files on this host (None: this boundary has none the
         host can reach). With `create`, the session is created if needed (a host upload seeds it);

@@ -64,6 +64,7 @@ class ReplEngine:
         store: SessionStore | None = None,
         snapshot_key: bytes | str | None = None,
         hibernate_after_s: float | None = None,
+        save_every_s: float | None = 30.0,
         on_event: EventSink | None = None,
         refusal_log: str | os.PathLike[str] | None = None,
         tracing: bool | Any | None = None,
@@ -109,7 +110,7 @@ class ReplEngine:
         self._snapshot_key = snapshot_key
         if store is not None or hibernate_after_s is not None:
             try:
-                self._durability(store, hibernate_after_s)
+                self._durability(store, hibernate_after_s, save_every_s)
             except BaseException:
                 self._boundary.close()
                 raise
@@ -543,13 +544,16 @@ class ReplEngine:
         return self._durable.hibernate(session)
 
     def _durability(
-        self, store: SessionStore | None = None, hibernate_after_s: float | None = None
+        self,
+        store: SessionStore | None = None,
+        hibernate_after_s: float | None = None,
+        save_every_s: float | None = None,
     ) -> Durability:
         if self._durable is None:
             from .snapshot._durable import Durability, resolve_key
 
             key = resolve_key(self._snapshot_key, store)
-            self._durable = Durability(self._boundary, key, store, hibernate_after_s)
+            self._durable = Durability(self._boundary, key, store, hibernate_after_s, save_every_s)
         return self._durable
 
     def sessions(self) -> list[str]:
@@ -568,15 +572,23 @@ class ReplEngine:
             self._observer.forget(session)
             self._files.forget(session)
             self._workspaces.pop(session, None)
-            return self._boundary.close_session(session)
+            try:
+                if self._durable is not None:  # changes left to the checkpoints are saved now
+                    self._durable.flush([session])
+            finally:
+                closed = self._boundary.close_session(session)
+            return closed
         if not self._closed:
             self._closed = True
-            if self._durable is not None:
-                self._durable.close()
             try:
-                self._boundary.close()
+                if self._durable is not None:
+                    self._durable.close()
+                    self._durable.flush()
             finally:
-                self._observer.close()
+                try:
+                    self._boundary.close()
+                finally:
+                    self._observer.close()
         return True
 
     # ---- observability and accounting -----------------------------------------------------------

@@ -59,6 +59,7 @@ class _SessionState:
     and the `Session` itself live in the worker."""
 
     __slots__ = (
+        "checkpointed",
         "closed",
         "execution_count",
         "last_used",
@@ -80,6 +81,7 @@ class _SessionState:
         self.lost: str | None = None  # why the next worker starts without the old namespace
         self.closed = False
         self.running: ExecutionRequest | None = None  # the call waiting on the worker now
+        self.checkpointed = False  # whether the last cell ran with a checkpoint (or was rolled back)
 
 
 class SubprocessBoundary(BaseBoundary):
@@ -382,6 +384,10 @@ class SubprocessBoundary(BaseBoundary):
         state = self._sessions.find(session)
         return state is not None and not state.closed and state.lost is not None
 
+    def checkpointed(self, session: str) -> bool:
+        state = self._sessions.find(session)
+        return state is not None and not state.closed and state.checkpointed
+
     def _snapshot_call(
         self, state: _SessionState, worker: WorkerHandle, kind: int, payload: bytes, *, fresh: bool
     ) -> tuple[int, bytes]:
@@ -462,6 +468,7 @@ class SubprocessBoundary(BaseBoundary):
             if result is not None:
                 state.execution_count = result.execution_count
                 _attach_output(result, out, err)
+                state.checkpointed = worker.no_checkpoint is None and self.supports_rollback
                 if worker.no_checkpoint is not None:
                     notes.append(
                         f"No checkpoint was taken before this cell ({worker.no_checkpoint}): a cell "
@@ -497,6 +504,7 @@ class SubprocessBoundary(BaseBoundary):
         else:
             how = "ended"
         result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, limits)
+        state.checkpointed = False  # until the copy serves the session
         if worker.checkpoint:
             self._roll_back(state, worker, result, how)
         elif worker.no_checkpoint is not None:
@@ -518,6 +526,7 @@ class SubprocessBoundary(BaseBoundary):
             result.notes.append(f"Rolling back to the checkpoint taken before this cell failed: {exc}")
             return
         state.lost = None
+        state.checkpointed = True  # the resumed copy forks its own after READY
         result.rolled_back = True
         if result.error is not None:
             result.error.hint = _claims.rolled_back_hint(how)

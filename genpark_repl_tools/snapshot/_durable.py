@@ -4,6 +4,11 @@
 `restore_session` (in-process: the session object itself; subprocess: inside the sandboxed worker,
 the host signing and checking) and, with a store, wraps each run: take the session's lease, restore
 the session from the store when this process does not hold its latest version, run, save.
+
+When the session's cells run with checkpoints (which roll a failed cell back without the store),
+the save waits: the store is written at most every `save_every_s` seconds while the session is
+used, and on hibernation and close. A cell without a checkpoint is saved after it, as before: a
+crash then rolls back to the store.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from .._boundary import BaseBoundary, ExecutionRequest
@@ -60,6 +66,7 @@ class Durability:
         key: bytes,
         store: SessionStore | None,
         hibernate_after_s: float | None = None,
+        save_every_s: float | None = None,
     ) -> None:
         if not boundary.supports_snapshots:
             raise ValueError(f"the {boundary.name!r} boundary does not support snapshots and stores")
@@ -68,16 +75,22 @@ class Durability:
                 raise ValueError("hibernate_after_s needs a store to keep hibernated sessions in")
             if not hibernate_after_s > 0:
                 raise ValueError("hibernate_after_s must be a positive number of seconds")
+        if save_every_s is not None and not save_every_s > 0:
+            raise ValueError("save_every_s must be a positive number of seconds, or None (after every run)")
         self.boundary = boundary
         self.key = key
         self.store = store
         self._versions: dict[str, int] = {}  # store version this process last loaded or saved
         self._unsaved: set[str] = set()  # sessions whose last change could not be saved
         self._last_used: dict[str, float] = {}  # sessions this process ran, with their last run's end
+        self._saved_at: dict[str, float] = {}  # when each session was last saved (or first deferred)
+        self._pending: set[str] = set()  # sessions with changes not saved yet (checkpoints cover them)
         self.hibernate_after_s = hibernate_after_s
+        self.save_every_s = save_every_s if store is not None else None
         self._stop = threading.Event()
-        if hibernate_after_s is not None:
-            interval = min(max(hibernate_after_s / 4, 0.05), 30.0)
+        periods = [p for p in (hibernate_after_s, self.save_every_s) if p is not None]
+        if periods:
+            interval = min(max(min(periods) / 4, 0.05), 30.0)
             threading.Thread(
                 target=_hibernator,
                 args=(weakref.ref(self), self._stop, interval),
@@ -122,9 +135,10 @@ class Durability:
                     result = self._roll_back(name, result)
                 elif _ran(result):
                     try:
-                        entry = store.put(name, self.snapshot(name).to_bytes())
-                        self._versions[name] = entry.version
-                        self._unsaved.discard(name)
+                        if self._may_wait(name):
+                            self._pending.add(name)
+                        else:
+                            self._save(name)
                     except SnapshotError as exc:
                         self._unsaved.add(name)  # never hibernated: that would lose this run
                         notes.append(f"This run's changes were not saved to the session store: {exc}.")
@@ -137,9 +151,28 @@ class Durability:
             result = result.model_copy(update=update)
         return result
 
+    def _may_wait(self, name: str) -> bool:
+        """Whether this run's save may wait: the session's cells run with checkpoints, and it was
+        saved less than save_every_s ago (its first deferred run starts the clock)."""
+        if self.save_every_s is None or name in self._unsaved or not self.boundary.checkpointed(name):
+            return False
+        now = time.monotonic()
+        return now - self._saved_at.setdefault(name, now) < self.save_every_s
+
+    def _save(self, name: str) -> None:
+        """Write the session's state to the store (caller holds its lease)."""
+        assert self.store is not None
+        entry = self.store.put(name, self.snapshot(name).to_bytes())
+        self._versions[name] = entry.version
+        self._unsaved.discard(name)
+        self._pending.discard(name)
+        self._saved_at[name] = time.monotonic()
+
     def _roll_back(self, name: str, result: ExecutionResult) -> ExecutionResult:
-        """The cell's worker was lost: bring the session back to its last stored state, which is the
-        state before this cell (every run that changed it was saved). Nothing is saved over it."""
+        """The cell's worker was lost, with no checkpoint: bring the session back to its last stored
+        state. That is the state before this cell unless runs since the last save were left to the
+        checkpoints (the cell before this one had one): then the result says how far back it went.
+        Nothing is saved over it."""
         assert self.store is not None
         stored = self.store.get(name)
         if stored is None:
@@ -150,10 +183,21 @@ class Durability:
             note = f"Rolling the session back to its stored snapshot failed ({type(exc).__name__}: {exc})."
             return result.model_copy(update={"notes": [*result.notes, note]})
         self._versions[name] = stored.entry.version
+        older = name in self._pending
+        self._pending.discard(name)
+        self._saved_at[name] = time.monotonic()
         error = result.error
         if error is not None and error.hint:
             hint = error.hint.replace(LOST_SESSION_HINT, "").strip() or None
             error = error.model_copy(update={"hint": hint})
+        if older:  # not the state before this cell: rolled_back would claim it
+            saved = datetime.fromtimestamp(stored.entry.saved_at, timezone.utc)
+            when = saved.strftime("%Y-%m-%d %H:%M:%S UTC")
+            note = (
+                f"The session was restored from its last save ({when}), which is older than this cell: "
+                "the changes of the runs after that save are gone too."
+            )
+            return result.model_copy(update={"error": error, "notes": [*result.notes, note]})
         return result.model_copy(update={"rolled_back": True, "error": error})
 
     def catch_up(self, name: str) -> SessionRestore | None:
@@ -173,6 +217,8 @@ class Durability:
             return None
         restored = self._restore(name, stored.data)
         self._versions[name] = stored.entry.version
+        self._pending.discard(name)  # another process saved a newer state: that one goes on
+        self._saved_at[name] = time.monotonic()
         return restored
 
     # ---- hibernation ------------------------------------------------------------------------------
@@ -190,6 +236,12 @@ class Durability:
         except SessionBusy:
             return False
         try:
+            if name in self._pending:
+                try:
+                    self._save(name)
+                except SnapshotError:
+                    self._unsaved.add(name)  # kept live; its next run says why it was not saved
+                    return False
             entry = store.info(name)
             if entry is None or self._versions.get(name) != entry.version:
                 return False
@@ -199,6 +251,49 @@ class Durability:
         if stopped:
             self._last_used.pop(name, None)
         return stopped
+
+    def flush(self, names: list[str] | None = None) -> None:
+        """Save the sessions whose changes wait for their save (all, or `names`), before they close.
+        Every one is tried; the first failure is raised after."""
+        store = self.store
+        if store is None:
+            return
+        held = set(self.boundary.sessions())
+        failed: Exception | None = None
+        for name in sorted(self._pending) if names is None else names:
+            if name not in held:  # its worker is gone: nothing left to save
+                self._pending.discard(name)
+                continue
+            try:
+                with store.hold(name):
+                    if name in self._pending:
+                        self._save(name)
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    def save_due(self) -> None:
+        """Save the sessions whose changes have waited save_every_s, unless they are busy (their run
+        then saves them): a session idle after a burst of cells is not left unsaved."""
+        store, every = self.store, self.save_every_s
+        assert store is not None and every is not None
+        now = time.monotonic()
+        held = set(self.boundary.sessions())
+        for name in sorted(self._pending):
+            if name not in held or now - self._saved_at.get(name, now) < every:
+                continue
+            try:
+                lease = store.acquire(name, wait_s=0)
+            except SessionBusy:
+                continue
+            try:
+                if name in self._pending:
+                    self._save(name)
+            except Exception:  # not saveable now (its next run says why) or a store hiccup
+                self._saved_at[name] = now  # tried again after another save_every_s
+            finally:
+                store.release(lease)
 
     def hibernate_idle(self) -> None:
         limit = self.hibernate_after_s
@@ -220,6 +315,8 @@ class Durability:
             with self.store.hold(name):
                 self.store.delete(name)
             self._versions.pop(name, None)
+            self._pending.discard(name)
+            self._saved_at.pop(name, None)
 
 
 def _hibernator(ref: weakref.ref[Durability], stop: threading.Event, interval: float) -> None:
@@ -227,7 +324,10 @@ def _hibernator(ref: weakref.ref[Durability], stop: threading.Event, interval: f
         durability = ref()
         if durability is None:
             return
-        durability.hibernate_idle()
+        if durability.save_every_s is not None:
+            durability.save_due()
+        if durability.hibernate_after_s is not None:
+            durability.hibernate_idle()
         del durability
 
 

@@ -165,3 +165,4 @@ def test_a_store_on_the_subprocess_boundary(engines: list[ReplEngine], tmp_path:
         stored = store.get("conv")
         assert stored is not None
         assert SessionSnapshot.from_bytes(stored.data).header_data(KEY)["origin"] == "sandboxed-worker"
+        second.close()  # while the store is open: closing saves what the checkpoints kept unsaved
