@@ -241,13 +241,17 @@ def test_closing_a_session_removes_its_files(boundary: str) -> None:
         assert engine.files("c") == []
 
 
-def test_files_survive_a_restarted_worker() -> None:
-    with ReplEngine(policy="trusted", boundary="subprocess", limits=Limits(timeout_s=20)) as engine:
+@pytest.mark.parametrize("checkpoints", [True, False], ids=["rolled-back", "restarted"])
+def test_files_survive_a_lost_worker(checkpoints: bool) -> None:
+    limits = Limits(timeout_s=20)
+    with ReplEngine("trusted", boundary="subprocess", limits=limits, checkpoints=checkpoints) as engine:
         engine.upload("r", "in.csv", CSV)
         assert engine.run("with open('made.txt', 'w') as f:\n    f.write('kept')", "r").ok
         crashed = engine.run("import os\nos._exit(3)", "r")
         assert crashed.status == "crashed", crashed.to_observation()
+        assert crashed.rolled_back is checkpoints, crashed.to_observation()
         after = engine.run("open('made.txt').read(), open('in.csv').read()", "r")
-        assert after.session_restarted and after.ok, after.to_observation()
+        # A checkpoint brings the worker back as it was before the cell; without one it starts empty.
+        assert after.session_restarted is not checkpoints and after.ok, after.to_observation()
         assert after.value == repr(("kept", CSV.decode()))
         assert engine.download("r", "made.txt") == b"kept"

@@ -100,7 +100,8 @@ def test_odd_names_are_listed_and_inspected(tmp_path: Path) -> None:
         assert names == ["caf\\udce9", "two words\n", "n" * 2000 + "... [3,000 more characters]"]
         found = await client.call_tool("inspect_variable", {"name": "two words\n", "session_id": session_id})
         assert found.is_error is False, text_of(found)
-        assert text_of(found) == "two words\n: int\n2"
+        # The name is the session's text: escaped, so it cannot forge lines of the reply.
+        assert text_of(found) == "two words\\x0a: int\n2"
 
     serve(tmp_path, scenario, "inprocess")
 

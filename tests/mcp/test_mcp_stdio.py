@@ -79,15 +79,18 @@ def test_tools_state_figures_and_crashes(tmp_path: Path, boundary: str) -> None:
         await check_figure(client)
 
         if boundary == "subprocess":
-            # A crash is a result too; the session's next run starts over and says so.
+            # A crash is a result too; the worker's checkpoint brings the session back as it was before
+            # the cell, and the reply says so.
             code = "import os\nos._exit(1)"
             crash = await client.call_tool("run_python", {"code": code, "session_id": sid})
             assert crash.structured_content is not None
             assert crash.structured_content["result"]["status"] == "crashed"
+            assert crash.structured_content["result"]["rolled_back"] is True
+            assert "Rolled back" in text_of(crash)
             after = await client.call_tool("run_python", {"code": "'base' in dir()", "session_id": sid})
-            assert "Out: False" in text_of(after)
+            assert "Out: True" in text_of(after)
             assert after.structured_content is not None
-            assert after.structured_content["result"]["session_restarted"] is True
+            assert after.structured_content["result"]["session_restarted"] is False
 
     stderr = serve(tmp_path, scenario, "--boundary", boundary)
     assert "Traceback" not in stderr
