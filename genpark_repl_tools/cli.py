@@ -174,6 +174,14 @@ def _engine_opts(boundary_default: str) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="CPU-time cap (enforced by the subprocess boundary)",
     )
+    engine_opts.add_argument(
+        "--require",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="PROTECTION",
+        help="refuse to start unless this OS protection is active: seccomp, landlock, network_namespace "
+        "or a key of describe()'s 'enforced' (repeatable; subprocess boundary)",
+    )
     return engine_opts
 
 
@@ -403,6 +411,10 @@ def _make_engine(
         if hasattr(args, option):
             limits[field] = getattr(args, option)
     options: dict[str, Any] = {"boundary": getattr(args, "boundary", "inprocess")}
+    if hasattr(args, "require"):
+        if options["boundary"] != "subprocess":
+            raise UsageError("--require needs --boundary subprocess: only it has OS protections")
+        options["require"] = tuple(args.require)
     name = policy or getattr(args, "policy", None)
     if name is not None:
         options["policy"] = name
@@ -411,7 +423,10 @@ def _make_engine(
         if getattr(args, "hibernate_after", None) is not None:
             options["hibernate_after_s"] = args.hibernate_after
     try:
-        return ReplEngine(limits=Limits(**limits), **options)
+        engine = ReplEngine(limits=Limits(**limits), **options)
+        if options["boundary"] == "subprocess":
+            _say_unavailable(engine)
+        return engine
     except ImportError as exc:
         raise UsageError(f"boundary {options['boundary']!r} is not available here: {exc}") from exc
     except ValidationError as exc:  # a limit out of range: name it without pydantic's boilerplate
@@ -419,6 +434,22 @@ def _make_engine(
         raise UsageError(f"invalid limit ({problems})") from exc
     except (ValueError, TypeError, ReplError) as exc:
         raise UsageError(str(exc)) from exc
+
+
+_SAID_UNAVAILABLE: set[str] = set()
+
+
+def _say_unavailable(engine: ReplEngine) -> None:
+    """Each OS protection this machine lacks, once per process on stderr (describe() lists them too)."""
+    try:
+        unavailable = engine.describe().get("unavailable", {})
+    except ReplError:  # a boundary that cannot start says so when it is used
+        return
+    for protection, reason in unavailable.items():
+        line = f"{_PROG}: {protection} is not available, code runs without it: {reason}"
+        if line not in _SAID_UNAVAILABLE:
+            _SAID_UNAVAILABLE.add(line)
+            print(line, file=sys.stderr, flush=True)
 
 
 def _read_source(file: str) -> tuple[str, str]:
