@@ -64,6 +64,11 @@ def _ensure_env(
     rooted: `base` is an interpreter of the Debian root; the venv is made and filled inside it.
     """
     inside = pyroot.command if rooted else _host
+    if base is None and _made_by_another_python(venv_dir):
+        # A .venv left by another interpreter (an older python3, or one since upgraded) would fail in
+        # odd ways on every later run: made again with this one.
+        print(f"{venv_dir.relative_to(ROOT)} was made by another Python; making it again ...", flush=True)
+        shutil.rmtree(venv_dir)
     # lexists: the python of a venv made in the root links to the root's interpreter, absent on the host.
     if not os.path.lexists(python):
         print(f"creating {venv_dir.relative_to(ROOT)} ...", flush=True)
@@ -436,7 +441,27 @@ def _smoke(rest: list[str]) -> int:
     return 0 if all(code == 0 for _, code, _ in rows) else 1
 
 
+def _made_by_another_python(venv_dir: Path) -> bool:
+    """Whether `venv_dir` is a venv whose interpreter is not this one's major.minor version."""
+    try:
+        config = (venv_dir / "pyvenv.cfg").read_text()
+    except OSError:
+        return False
+    found = re.search(r"^version(?:_info)?\s*=\s*(\d+)\.(\d+)", config, re.MULTILINE)
+    return found is not None and (int(found[1]), int(found[2])) != sys.version_info[:2]
+
+
+# The oldest Python the package supports (requires-python); CI tests every version from it to 3.15.
+OLDEST = (3, 10)
+
+
 def main(argv: list[str]) -> int:
+    if sys.version_info < OLDEST:
+        raise SystemExit(
+            f"dev.py: this is Python {sys.version.split()[0]}; genpark-repl-tools needs Python "
+            f"{OLDEST[0]}.{OLDEST[1]} or newer (3.10 to 3.15 are tested). Run it with a supported one, "
+            "e.g. `python3.12 scripts/dev.py demo`."
+        )
     task = argv[0] if argv else "help"
     rest = argv[1:]
     if task == "demo":

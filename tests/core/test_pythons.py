@@ -117,3 +117,35 @@ def test_remove_deletes_a_root_with_nothing_mounted(tmp_path: Path) -> None:
         timeout=60,
     )
     assert not root.exists()
+
+
+def _oldest_unsupported() -> Path | None:
+    """An interpreter older than the floor, where this machine has one (pyenv keeps 3.7-3.9 here)."""
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    found = sorted(root.glob("3.[6789].*/bin/python3"))
+    return found[-1] if found else None
+
+
+def test_dev_script_refuses_an_unsupported_python_before_making_anything(tmp_path: Path) -> None:
+    old = _oldest_unsupported()
+    if old is None:
+        pytest.skip("no Python older than 3.10 on this machine")
+    clone = tmp_path / "clone"
+    shutil.copytree(SCRIPTS, clone / "scripts")
+    shutil.copy(REPO / "pyproject.toml", clone)
+    command = [str(old), "scripts/dev.py", "demo"]
+    done = subprocess.run(command, cwd=clone, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    assert "needs Python 3.10 or newer" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (clone / ".venv").exists()
+
+
+def test_a_venv_made_by_another_python_is_made_again(dev: ModuleType, tmp_path: Path) -> None:
+    other = "3.9.18" if sys.version_info[:2] != (3, 9) else "3.12.1"
+    (tmp_path / "pyvenv.cfg").write_text(f"home = /usr/bin\nversion = {other}\n")
+    assert dev._made_by_another_python(tmp_path)
+    mine = ".".join(map(str, sys.version_info[:3]))
+    (tmp_path / "pyvenv.cfg").write_text(f"home = /usr/bin\nversion_info = {mine}.final.0\n")
+    assert not dev._made_by_another_python(tmp_path)
+    assert not dev._made_by_another_python(tmp_path / "absent")
