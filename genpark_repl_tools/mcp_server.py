@@ -30,7 +30,7 @@ import secrets
 import socket
 import sys
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import quote
@@ -129,6 +129,7 @@ _INSTRUCTIONS = (
 _RUN_HANDLE = " Pass the session_id from a result to keep its variables; omit it to start a new session."
 _RESET_HANDLE = " The session_id stays valid for run_python."
 _UPLOAD_HANDLE = " Omit session_id to start a new session with this file; its session_id comes back."
+_FORK_HANDLE = " Pass the session_id to copy; the copy's session_id comes back."
 
 # A session's files as MCP resources: listed by resources/list, read through this template.
 FILE_URI = "genpark-repl://sessions/{session_id}/files/{name}"
@@ -189,6 +190,13 @@ class ResetOutput(_Output):
     reset: bool = Field(description="True: every variable of the session is gone.")
 
 
+class ForkOutput(_Output):
+    session_id: str = Field(description="The copy's session: pass it to work there.")
+    source_session_id: str = Field(description="The session copied; it goes on unchanged.")
+    copied: list[str] = Field(description="The names copied.")
+    not_copied: list[str] = Field(description="Names a snapshot cannot hold: define them again in the copy.")
+
+
 class FilesOutput(_Output):
     session_id: str
     files: list[FileInfo] = Field(description="Files in the session's workspace; read one as a resource.")
@@ -219,6 +227,8 @@ def _to_mcp(reply: ToolReply, *, new_session: bool = False) -> CallToolResult:
         # The protocol is stateless: the model must pass this handle back to keep its variables.
         hint = f' (new; pass session_id="{reply.session}" to keep these variables)' if new_session else ""
         text += f"\nSession: {reply.session}{hint}"
+    elif reply.tool == tools.FORK_SESSION.name and reply.failure is None:
+        text += f'\nSession: {reply.session} (the copy; pass session_id="{reply.session}" to work there)'
     content: list[ContentBlock] = [TextContent(type="text", text=text)]
     if reply.failure is not None:
         return CallToolResult(content=content, is_error=True)
@@ -249,6 +259,13 @@ def _to_mcp(reply: ToolReply, *, new_session: bool = False) -> CallToolResult:
         output = FilesOutput(session_id=reply.session, files=reply.data["files"])
     elif reply.tool == tools.UPLOAD_FILE.name:
         output = UploadOutput(session_id=reply.session, new_session=new_session, file=reply.data["file"])
+    elif reply.tool == tools.FORK_SESSION.name:
+        output = ForkOutput(
+            session_id=reply.session,
+            source_session_id=reply.data["source"],
+            copied=reply.data["copied"],
+            not_copied=reply.data["not_copied"],
+        )
     else:
         output = ResetOutput(session_id=reply.session, reset=True)
     return CallToolResult(
@@ -318,6 +335,19 @@ class _ReplTools:
         self, session_id: Annotated[str, _SESSION]
     ) -> Annotated[CallToolResult, ResetOutput]:
         return _to_mcp(_as_handle(await tools.areset_session(self._engine, await self._known(session_id))))
+
+    async def fork_session(
+        self, session_id: Annotated[str, _SESSION]
+    ) -> Annotated[CallToolResult, ForkOutput]:
+        source = await self._known(session_id)
+        handle = f"s-{secrets.token_hex(6)}"
+        engine_id = _CLIENT.get() + handle
+        async with self._starting_session(engine_id, True):  # the copy counts against the client's limit
+            reply = await tools.afork_session(self._engine, source, target=engine_id)
+        if reply.failure is None:
+            self._issue(engine_id)
+            reply.data["source"] = session_id
+        return _to_mcp(_as_handle(reply))
 
     async def list_files(
         self, session_id: Annotated[str, _SESSION]
@@ -573,9 +603,10 @@ def _validation_message(tool: str, error: ValidationError, schema: dict[str, Any
 
 
 def create_server(
-    engine: ReplEngine, *, name: str = SERVER_NAME, log_level: LogLevel = "WARNING"
+    engine: ReplEngine, *, name: str = SERVER_NAME, log_level: LogLevel = "WARNING", fork: bool = False
 ) -> MCPServer[Any]:
-    """An MCP server whose tools run code in `engine`'s sessions. The caller owns (and closes) the engine."""
+    """An MCP server whose tools run code in `engine`'s sessions. The caller owns (and closes) the engine.
+    `fork` adds the fork_session tool (off by default)."""
     from . import __version__
 
     server = _ReplServer(
@@ -584,11 +615,13 @@ def create_server(
         instructions=_INSTRUCTIONS,
         log_level=log_level,
     )
-    _add_tools(server, engine, _ReplTools(engine))
+    _add_tools(server, engine, _ReplTools(engine), fork=fork)
     return server
 
 
-def _add_tools(server: MCPServer[Any], engine: ReplEngine, handlers: _ReplTools) -> None:
+def _add_tools(
+    server: MCPServer[Any], engine: ReplEngine, handlers: _ReplTools, *, fork: bool = False
+) -> None:
     if isinstance(server, _ReplServer):
         server.files = handlers
     server.resource(
@@ -597,14 +630,17 @@ def _add_tools(server: MCPServer[Any], engine: ReplEngine, handlers: _ReplTools)
         title="A file of a session",
         description="A file in a session's working directory (list_files names them).",
     )(handlers.read_file)
-    for spec, handler, extra in (
+    offered: list[tuple[tools.ToolSpec, Callable[..., Any], str]] = [
         (tools.RUN_PYTHON, handlers.run_python, _RUN_HANDLE),
         (tools.LIST_VARIABLES, handlers.list_variables, ""),
         (tools.INSPECT_VARIABLE, handlers.inspect_variable, ""),
         (tools.RESET_SESSION, handlers.reset_session, _RESET_HANDLE),
         (tools.LIST_FILES, handlers.list_files, ""),
         (tools.UPLOAD_FILE, handlers.upload_file, _UPLOAD_HANDLE),
-    ):
+    ]
+    if fork:
+        offered.append((tools.FORK_SESSION, handlers.fork_session, _FORK_HANDLE))
+    for spec, handler, extra in offered:
         server.add_tool(
             handler,
             name=spec.name,
@@ -614,12 +650,12 @@ def _add_tools(server: MCPServer[Any], engine: ReplEngine, handlers: _ReplTools)
                 title=spec.title,
                 read_only_hint=spec.read_only,
                 destructive_hint=spec is tools.RESET_SESSION,
-                idempotent_hint=spec not in (tools.RUN_PYTHON, tools.UPLOAD_FILE),
+                idempotent_hint=spec not in (tools.RUN_PYTHON, tools.UPLOAD_FILE, tools.FORK_SESSION),
             ),
         )
 
 
-def serve_stdio(engine: ReplEngine, *, log_level: LogLevel = "WARNING") -> None:
+def serve_stdio(engine: ReplEngine, *, log_level: LogLevel = "WARNING", fork: bool = False) -> None:
     """Serve `engine` over stdin/stdout until the client disconnects.
 
     Only the protocol writes to the original stdout. For the server's lifetime file descriptor 1
@@ -629,7 +665,7 @@ def serve_stdio(engine: ReplEngine, *, log_level: LogLevel = "WARNING") -> None:
     """
     from ._capture import reserved_stdout
 
-    server = create_server(engine, log_level=log_level)
+    server = create_server(engine, log_level=log_level, fork=fork)
     # The SDK's stdio transport takes explicit streams only at its lower level.
     lowlevel = getattr(server, "_lowlevel_server", None)
     if lowlevel is None:  # pragma: no cover - another SDK layout: its transport diverts fd 1 too (2.3+)
@@ -827,6 +863,7 @@ def http_app(
     allowed_hosts: tuple[str, ...] = (),
     name: str = SERVER_NAME,
     log_level: LogLevel = "WARNING",
+    fork: bool = False,
 ) -> Starlette:
     """The MCP server as an ASGI app speaking streamable HTTP at `path`; run it with any ASGI server.
 
@@ -854,7 +891,8 @@ def http_app(
         log_level=log_level,
         **auth,
     )
-    _add_tools(server, engine, _ReplTools(engine, max_sessions_per_client=limits.sessions_per_client))
+    handlers = _ReplTools(engine, max_sessions_per_client=limits.sessions_per_client)
+    _add_tools(server, engine, handlers, fork=fork)
     security = None
     if is_loopback(host) or allowed_hosts:
         from mcp.server.transport_security import TransportSecuritySettings
@@ -885,6 +923,7 @@ def serve_http(
     path: str = DEFAULT_PATH,
     allowed_hosts: tuple[str, ...] = (),
     log_level: LogLevel = "WARNING",
+    fork: bool = False,
 ) -> None:
     """Serve `engine` over streamable HTTP until interrupted; port 0 picks a free port. The address is
     written to stderr once the server listens. Refuses to serve a non-loopback `host` without tokens."""
@@ -902,6 +941,7 @@ def serve_http(
         path=path,
         allowed_hosts=allowed_hosts,
         log_level=log_level,
+        fork=fork,
     )
     with _listening(host, port) as sock:
         bound = sock.getsockname()[1]

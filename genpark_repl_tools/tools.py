@@ -14,6 +14,14 @@ tool vocabulary:
     download_file(name)     one file: its text when it is text, its bytes (base64) only on request
     upload_file(name, ...)  put a file into the workspace (MCP and the CLI; agents' toolkits seed
                             files from the host with `upload_files` instead)
+    fork_session()          copy the session into a new one and return its id (opt-in, off by
+                            default: MCP's `create_server(engine, fork=True)`)
+
+fork_session is for frontends where the model names the session of each call, as MCP's session_id
+does: the copy is only useful if the model can then work in it and in the original. The LangChain and
+LlamaIndex toolkits are bound to one conversation's session and give the model no way to name
+another, so they do not offer it; an application that wants a copy calls `engine.fork` and binds a
+toolkit to the new session.
 
 A frontend decides only how a conversation maps to a session id, and how a reply becomes its
 framework's message. It need not name the functions: `spec.call(engine, session, arguments)` (and
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -50,6 +59,7 @@ from ._text import escape_controls, escape_name
 __all__ = [
     "DOWNLOAD_FILE",
     "FILE_TOOLS",
+    "FORK_SESSION",
     "INSPECT_VARIABLE",
     "LIST_FILES",
     "LIST_VARIABLES",
@@ -62,6 +72,7 @@ __all__ = [
     "ToolReply",
     "ToolSpec",
     "adownload_file",
+    "afork_session",
     "ainspect_variable",
     "alist_files",
     "alist_variables",
@@ -70,6 +81,7 @@ __all__ = [
     "aupload_file",
     "download_file",
     "event_text",
+    "fork_session",
     "inspect_variable",
     "is_error",
     "list_files",
@@ -206,6 +218,15 @@ RESET_SESSION = ToolSpec(
     description="Delete every variable of this conversation's Python session and start it empty.",
 )
 TOOLS = (RUN_PYTHON, LIST_VARIABLES, INSPECT_VARIABLE, RESET_SESSION)
+FORK_SESSION = ToolSpec(  # opt-in, not in TOOLS: see the module docstring
+    name="fork_session",
+    title="Fork the session",
+    description=(
+        "Copy this Python session into a new session: variables, imports, functions and files. Use it "
+        "to try an idea on the copy and keep the original: changes in one never show in the other. "
+        "Returns the new session's id."
+    ),
+)
 
 # ---- files in and out of a session ----
 LIST_FILES = ToolSpec(
@@ -389,6 +410,36 @@ def reset_session(engine: ReplEngine, session: str) -> ToolReply:
         session=session,
         data={"reset": True},
     )
+
+
+def fork_session(engine: ReplEngine, session: str, *, target: str | None = None) -> ToolReply:
+    """Fork `session` into `target` (the frontend's id for the copy; a new random one by default).
+    The reply's session is the copy's."""
+    target = target or f"fork-{secrets.token_hex(6)}"
+    try:
+        restored = engine.fork(session, target)
+    except ReplError as exc:
+        return _failure(FORK_SESSION, session, exc)
+    copied = len(restored.restored)
+    text = f"Forked: the new session holds a copy of this one ({copied} names"
+    if restored.not_saved:
+        lost = ", ".join(escape_name(v.name) for v in restored.not_saved[:_LISTED_NAMES])
+        text += f"; not copied, define again there: {lost}"
+    text += "). Changes in one never show in the other."
+    return ToolReply(
+        tool=FORK_SESSION.name,
+        text=_clean(text),
+        session=target,
+        data={
+            "source": session,
+            "copied": list(restored.restored),
+            "not_copied": [v.name for v in restored.not_saved],
+        },
+    )
+
+
+async def afork_session(engine: ReplEngine, session: str, *, target: str | None = None) -> ToolReply:
+    return await _to_thread(functools.partial(fork_session, target=target), engine, session)
 
 
 # Listing, inspecting and resetting are quick but may wait for a busy session or a worker process:
@@ -578,6 +629,7 @@ _FUNCTIONS: dict[str, tuple[Callable[..., ToolReply], Callable[..., Awaitable[To
     LIST_VARIABLES.name: (list_variables, alist_variables),
     INSPECT_VARIABLE.name: (inspect_variable, ainspect_variable),
     RESET_SESSION.name: (reset_session, areset_session),
+    FORK_SESSION.name: (fork_session, afork_session),
     LIST_FILES.name: (list_files, alist_files),
     DOWNLOAD_FILE.name: (download_file, adownload_file),
 }  # upload_file takes bytes, not the model's base64 flag: its frontends call it themselves

@@ -461,3 +461,87 @@ def test_an_invalid_limit_is_a_one_line_usage_error(capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert "invalid limit (max_code_chars: Input should be greater than" in err
     assert len(err.strip().splitlines()) == 1
+
+
+# ---- fork_session (opt-in) ----------------------------------------------------------------------
+
+
+def serve_with_fork(engine: ReplEngine, scenario: Scenario) -> None:
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with Client(create_server(engine, fork=True)) as client:
+                await scenario(client)
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.close()
+
+
+async def value_in(client: Client, sid: str, code: str) -> str | None:
+    run = await client.call_tool("run_python", {"code": code, "session_id": sid})
+    assert not run.is_error, text_of(run)
+    return RunOutput.model_validate(run.structured_content).result.value
+
+
+@pytest.mark.parametrize("boundary", ["inprocess", "subprocess"])
+def test_fork_session_copies_a_session_the_model_can_then_address(boundary: str) -> None:
+    async def scenario(client: Client) -> None:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert set(listed) == TOOLS | {"fork_session"}
+        fork_tool = listed["fork_session"]
+        assert fork_tool.input_schema["required"] == ["session_id"]
+        assert fork_tool.annotations is not None and fork_tool.annotations.idempotent_hint is False
+
+        run = await client.call_tool(
+            "run_python",
+            {"code": "import math\nkept = [1, 2]\nwith open('notes.txt', 'w') as f:\n    f.write('hi')"},
+        )
+        sid = RunOutput.model_validate(run.structured_content).session_id
+        await value_in(client, sid, "def read(name):\n    with open(name) as f:\n        return f.read()")
+        forked = await client.call_tool("fork_session", {"session_id": sid})
+        assert not forked.is_error, text_of(forked)
+        jsonschema.validate(forked.structured_content, fork_tool.output_schema)
+        data = forked.structured_content or {}
+        copy = data["session_id"]
+        assert copy != sid and data["source_session_id"] == sid
+        assert {"kept", "math", "read"} <= set(data["copied"])
+        assert text_of(forked).startswith("Forked: the new session holds a copy of this one")
+        assert f'pass session_id="{copy}" to work there' in text_of(forked)
+
+        # Same state and files in the copy; changes in either do not show in the other.
+        assert await value_in(client, copy, "kept, math.floor(2.5), read('notes.txt')") == (
+            "([1, 2], 2, 'hi')"
+        )
+        await value_in(client, copy, "kept.append(3)\nwith open('notes.txt', 'w') as f:\n    f.write('copy')")
+        await value_in(client, sid, "kept.append(9)")
+        assert await value_in(client, sid, "kept, read('notes.txt')") == "([1, 2, 9], 'hi')"
+        assert await value_in(client, copy, "kept, read('notes.txt')") == "([1, 2, 3], 'copy')"
+        # Emptying one leaves the other.
+        assert not (await client.call_tool("reset_session", {"session_id": copy})).is_error
+        assert await value_in(client, sid, "kept") == "[1, 2, 9]"
+
+    # standard: in-process, its relative paths are the session's workspace (trusted's are the host's)
+    serve_with_fork(ReplEngine(policy="standard", boundary=boundary), scenario)
+
+
+def test_fork_session_of_an_unknown_session_is_refused_and_changes_nothing() -> None:
+    engine = ReplEngine(policy="trusted")
+
+    async def scenario(client: Client) -> None:
+        message = call_error(await client.call_tool("fork_session", {"session_id": "s-never-issued"}))
+        assert message.startswith("fork_session: unknown session_id 's-never-issued'")
+        assert await anyio.to_thread.run_sync(engine.sessions) == []
+
+    serve_with_fork(engine, scenario)
+
+
+def test_fork_session_is_off_by_default() -> None:
+    async def scenario(client: Client) -> None:
+        assert "fork_session" not in {tool.name for tool in (await client.list_tools()).tools}
+        run = await client.call_tool("run_python", {"code": "x = 1"})
+        sid = RunOutput.model_validate(run.structured_content).session_id
+        with pytest.raises(MCPError):
+            await client.call_tool("fork_session", {"session_id": sid})
+
+    serve(ReplEngine(policy="trusted"), scenario)
