@@ -186,6 +186,7 @@ CORE_ARGS = ["-e", ".[sandbox]", "-r", "requirements/core.txt"]
 CORE_PYTEST = [
     "tests",
     "--ignore=tests/mcp",
+    "--ignore=tests/docs",  # the docs show the MCP server and the frameworks: the full runs cover them
     "--ignore=tests/frontends",
     "--ignore=tests/files/test_frontend_files.py",
     "--ignore=tests/files/test_mcp_files.py",
