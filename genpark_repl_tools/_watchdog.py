@@ -15,6 +15,10 @@ each writes first and reads second, and the watchdog's pass does the same in the
 under the GIL's one-at-a-time interleaving one side always sees the other (see `release` and
 `_loop`). Set and dict updates are single bytecodes, atomic under the GIL.
 
+Both the injection and the clearing of one still pending are the watchdog thread's: the executing
+thread never calls native code itself. Its context is the execution's, where the audit hook applies
+the execution's rules (Python 3.14+ audits calls through ctypes prototypes); the watchdog's is not.
+
 C code (a long `sum(range(10**10))`, a regex, `10**10**8`) sees the exception only when it returns
 to Python: the in-process boundary cannot stop it; the subprocess boundary kills the worker instead.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from _thread import get_ident, start_new_thread
+from _thread import LockType, allocate_lock, get_ident, start_new_thread
 
 __all__ = ["ExecutionCancelled", "ExecutionTimeout", "Slot", "Watchdog", "check_expired"]
 
@@ -96,6 +100,8 @@ class Watchdog:
         # True while the loop's pass looks at the slots (it may be about to inject): release() takes
         # the lock then.
         self._passing = False
+        # (thread id, a held lock the watchdog releases once it cleared that thread's injection).
+        self._to_clear: list[tuple[int, LockType]] = []
         self.thread_id: int | None = None  # the loop's thread, once started
         # Set once, under the lock, and never unset: read without the lock (the runner reads it per
         # run instead of calling `start`).
@@ -173,17 +179,25 @@ class Watchdog:
         can follow.
         """
         tid = slot.tid
+        # `done` was written first; `_passing` is read before `fires`. A pass that read `done` before
+        # that write had set `_passing` before reading it: seen here, and the clear below follows
+        # that pass. A pass that has ended left its `fires` visible. A pass that sets `_passing`
+        # after this read sees `done` and injects nothing.
+        if self._passing or slot.fires:
+            # The watchdog's thread clears it at the start of its next pass, after the pass under way
+            # (which may inject) has ended; the slot stays in the set until then, so the watchdog
+            # keeps polling. This thread waits blocked in C, where no injection is delivered, and
+            # takes no lock of the watchdog's nor sets its event: a lock a `with` statement took can
+            # stay held when an injection surfaces right after it is taken (from Python 3.14 the
+            # statement calls `__enter__` like any method, and the interpreter delivers pending
+            # exceptions after a call returns).
+            cleared = allocate_lock()
+            cleared.acquire()
+            self._to_clear.append((tid, cleared))
+            cleared.acquire()
         self._slots.discard(slot)
         if _by_thread.get(tid) is slot:
             del _by_thread[tid]
-        # `done` was written first; `_passing` is read before `fires`. A pass that read `done` before
-        # that write had set `_passing` before reading it: seen here, so the lock waits for the pass
-        # to end. A pass that has ended left its `fires` visible. A pass that sets `_passing` after
-        # this read sees `done` and injects nothing.
-        if self._passing or slot.fires:
-            with self._lock:
-                if slot.fires:
-                    _clear_async_exc(tid, None)
 
     def _loop(self) -> None:
         idle_since: float | None = None
@@ -192,6 +206,10 @@ class Watchdog:
                 # Cleared before the slots are read: a wake-up set by an arm() this pass does not
                 # see is not lost.
                 self._wake.clear()
+                while self._to_clear:  # pop(), not iteration and clear(): a request may come meanwhile
+                    tid, cleared = self._to_clear.pop()
+                    _clear_async_exc(tid, None)
+                    cleared.release()
                 self._passing = True
                 armed = self._armed
                 self._armed = False  # an arm() between these two lines has its slot in the list below
@@ -215,8 +233,9 @@ class Watchdog:
                 self._next_wake = next_wake
                 self._passing = False
                 # An arm() since the list was taken: look again rather than sleep past its deadline
-                # (if this read misses it, that arm() sees the `_next_wake` above and wakes us).
-                again = self._armed
+                # (if this read misses it, that arm() sees the `_next_wake` above and wakes us). A
+                # release waiting for its clear: look again now.
+                again = self._armed or bool(self._to_clear)
             if not again:
                 self._wake.wait(None if next_wake == float("inf") else max(0.0, next_wake - time.monotonic()))
 
