@@ -669,6 +669,11 @@ class _Facts(NamedTuple):
     machinery: frozenset[int]  # keys of every code object of the import machinery's modules
     evaluator: CodeType  # the code that evaluates a string annotation's compiled code
     evaluator_globals: str  # its local variable holding the namespace the annotation is read in
+    # The code that makes a function of an `__annotate__` function's code with other globals, to read
+    # annotations as forward references (Python 3.14+: annotationlib), and its local variable holding
+    # those globals; None where annotations are evaluated eagerly.
+    annotation_maker: CodeType | None
+    annotation_maker_globals: str
 
 
 class _Unlearned(Exception):
@@ -728,7 +733,7 @@ def _learn() -> _Facts:
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     evaluator, name = _learn_evaluator()
-    return _Facts(entry, machinery, evaluator, name)
+    return _Facts(entry, machinery, evaluator, name, *_learn_annotation_maker())
 
 
 def _learn_imports(directory: str) -> tuple[CodeType, frozenset[int]]:
@@ -797,6 +802,42 @@ def _learn_evaluator() -> tuple[CodeType, str]:
     del frame
     if not names:
         raise _Unlearned("the code that evaluates string annotations holds no namespace the hook can check")
+    return code, names[0]
+
+
+def _learn_annotation_maker() -> tuple[CodeType | None, str]:
+    """The frame that makes a function of an `__annotate__` function's code, with globals of its own,
+    and its variable holding them: found by asking for annotations as forward references of a
+    function whose `__annotate__` supports only plain values, as the compiler's do."""
+    try:
+        import annotationlib  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
+    except ImportError:
+        return None, ""  # annotations are evaluated when they are defined: no annotate functions
+    forward_refs = annotationlib.Format.FORWARDREF
+    seen: list[tuple[FrameType | None, dict[str, Any]]] = []
+
+    def annotate(format: int, /) -> dict[str, Any]:
+        if format == forward_refs:
+            raise NotImplementedError(format)
+        frame = sys._getframe()
+        seen.append((frame.f_back, frame.f_globals))
+        return {}
+
+    try:
+        annotationlib.call_annotate_function(annotate, forward_refs)
+    except Exception as exc:
+        raise _Unlearned(f"reading annotations as forward references failed ({type(exc).__name__})") from None
+    if not seen or seen[0][0] is None:
+        raise _Unlearned("the code that reads annotations as forward references was not found")
+    frame, namespace = seen.pop()
+    assert frame is not None
+    names = sorted(k for k, v in frame.f_locals.items() if v is namespace)
+    code = frame.f_code
+    del frame
+    if not names or namespace is globals():
+        raise _Unlearned(
+            "the code that reads annotations as forward references gives them no namespace of its own"
+        )
     return code, names[0]
 
 
@@ -938,6 +979,7 @@ def _define_hook(facts: _Facts) -> Callable[[str, tuple[Any, ...]], None]:
     importlib_codes, find_and_load = facts.machinery, facts.import_entry
     parse_code = ast.parse.__code__
     evaluate, evaluate_globals = facts.evaluator, facts.evaluator_globals
+    make_annotate, make_annotate_globals = facts.annotation_maker, facts.annotation_maker_globals
     real_builtins = (sys.modules["builtins"], vars(sys.modules["builtins"]))
 
     # (rules, the frame that activated them): no sandboxed code was above that frame when it did.
@@ -1341,11 +1383,35 @@ def _define_hook(facts: _Facts) -> Callable[[str, tuple[Any, ...]], None]:
 
     def on_function_new(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
         # The host may make functions of session code it compiled from source and adopted (a
-        # snapshot's restore); nothing else may make a function from a code object during a run.
+        # snapshot's restore); nothing else may make a function from a code object during a run,
+        # but annotationlib reading annotations as forward references (Python 3.14+: it runs an
+        # `__annotate__` function's code with globals of its own): a library's, while it is
+        # imported (typing.TypedDict and NamedTuple classes), and the session's own.
         code = args[0] if args else None
-        if type(code) is CodeType and entry_of(code) is not None and host_direct(frame):
-            return
+        if type(code) is CodeType:
+            if entry_of(code) is not None and host_direct(frame):
+                return
+            if make_annotate is not None and frame.f_code is make_annotate:
+                if entry_of(code) is not None:
+                    if session_annotate_allowed(frame):
+                        return
+                    raise rules.refuse(
+                        "reading annotations as strings (or after evaluating them failed)",
+                        "read them as values: typing.get_type_hints(obj), with every name they use defined",
+                    )
+                if importing(frame, machinery_only=False):
+                    return
         raise rules.refuse(f"creating functions from code objects ({event})")
+
+    def session_annotate_allowed(frame: FrameType) -> bool:
+        """Whether annotationlib may run a session's code with the globals it made for it. The code
+        runs as the session's own, judged as such, with whatever values the globals hold (the
+        session's, or placeholders); only the builtins matter: the session's, or none, since a
+        function made with globals that lack `__builtins__` gets those of annotationlib's module,
+        the host's, whose `__import__` and `__build_class__` an `import` or `class` statement uses."""
+        namespace: Any = frame.f_locals.get(make_annotate_globals)
+        table = dict.get(namespace, "__builtins__") if issubclass(type(namespace), dict) else None
+        return table is not None and not any(table is b for b in real_builtins)
 
     def always(what: str, instead: str = "") -> Callable[..., None]:
         def handler(rules: _Rules, event: str, args: tuple[Any, ...], frame: FrameType) -> None:
@@ -1683,8 +1749,8 @@ class Probe(NamedTuple):
 # What the hook needs the interpreter to report, each with its allowed neighbour. The namespace gives
 # `inside` (a missing file in the workspace), `outside` (an existing file beyond it), `module` (the
 # name of a module that, while imported, reads its file and changes a process setting), `host_code`
-# and `host_function` (the hook's own: code and annotations of the host), `started` (the native ids
-# of threads started).
+# and `host_function` (the hook's own: code and annotations of the host), `host_annotated` (a host
+# function with annotations read when asked for), `started` (the native ids of threads started).
 PROBES = (
     Probe("writing a file outside the workspace", "open(outside, 'a')", True),
     Probe(
@@ -1712,10 +1778,25 @@ PROBES = (
     ),
     Probe("evaluating a host module's string annotations", "typing.get_type_hints(host_function)", True),
     Probe(
+        "defining a typing.NamedTuple and a TypedDict with a forward reference",
+        "class N(typing.NamedTuple):\n    a: 'Later'\n    b: int = 0\n"
+        "class D(typing.TypedDict):\n    a: 'Later'\nassert N(1).b == 0 and D(a=1) == {'a': 1}",
+        False,
+    ),
+    Probe(
         "starting a thread",
         "thread = threading.Thread(target=lambda: started.append(threading.get_native_id()))\n"
         "thread.start()\nthread.join()",
         None,
+    ),
+)
+# Where annotations are read lazily (annotationlib, Python 3.14+): a function made of a host's
+# annotation code, run with globals of the session's choosing.
+_LAZY_PROBES = (
+    Probe(
+        "reading a host function's annotations as forward references",
+        "annotationlib.call_annotate_function(host_annotated.__annotate__, annotationlib.Format.FORWARDREF)",
+        True,
     ),
 )
 _IMPORTED_MODULE = "import os\nos.chdir(os.getcwd())\n"
@@ -1729,6 +1810,16 @@ def _host_code() -> object:
     return os.environ
 
 
+def _host_annotated() -> Callable[..., Any]:
+    """A host function whose annotations are evaluated when read (this module's are strings)."""
+    namespace: dict[str, Any] = {}
+    exec(
+        compile("def f(a: int) -> None:\n    pass\n", "<hook self-test>", "exec", dont_inherit=True),
+        namespace,
+    )
+    return namespace["f"]  # type: ignore[no-any-return]
+
+
 def self_test(extra_probes: Iterable[Probe] = ()) -> list[str]:
     """Run PROBES (and `extra_probes`) under a restricted policy's rules: what went other than
     expected, one line each (empty: the hook works on this interpreter). The hook must be installed."""
@@ -1737,6 +1828,10 @@ def self_test(extra_probes: Iterable[Probe] = ()) -> list[str]:
     import dataclasses
     import typing
 
+    try:
+        import annotationlib  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
+    except ImportError:
+        annotationlib = None
     failures: list[str] = []
     started: list[int] = []
     directory = os.path.realpath(tempfile.mkdtemp(prefix="genpark-hook-"))
@@ -1755,6 +1850,8 @@ def self_test(extra_probes: Iterable[Probe] = ()) -> list[str]:
             "collections": collections_module,
             "dataclasses": dataclasses,
             "typing": typing,
+            "annotationlib": annotationlib,
+            "host_annotated": _host_annotated(),
             "inside": os.path.join(workspace, "missing.txt"),
             "outside": outside,
             "module": name,
@@ -1768,7 +1865,7 @@ def self_test(extra_probes: Iterable[Probe] = ()) -> list[str]:
         sys.meta_path.insert(0, finder)
         sys.audit(_WATCH, unjudged)
         try:
-            for probe in (*PROBES, *extra_probes):
+            for probe in (*PROBES, *(_LAZY_PROBES if annotationlib else ()), *extra_probes):
                 failure = _run_probe(probe, spec, namespace)
                 if failure is not None:
                     failures.append(failure)
