@@ -20,7 +20,7 @@ import array
 import collections
 import reprlib
 import types
-from typing import Any
+from typing import Any, ForwardRef
 
 from ._models import VariableInfo
 from ._rich import summarize, table_repr, table_texts
@@ -57,6 +57,7 @@ _type_dict = type.__dict__["__dict__"].__get__
 _method_func = types.MethodType.__dict__["__func__"].__get__
 _static_func = staticmethod.__dict__["__func__"].__get__
 _builtin_text_signature = types.BuiltinFunctionType.__dict__["__text_signature__"].__get__
+_forward_arg = ForwardRef.__dict__["__forward_arg__"].__get__  # a slot: no code of the session's runs
 _CO_VARARGS = 0x04
 _CO_VARKEYWORDS = 0x08
 
@@ -339,10 +340,16 @@ def _parameter(name: str, annotations: dict[str, Any], default: Any, limit: int)
 
 
 def _annotation(annotation: Any, limit: int) -> str:
-    # As inspect.formatannotation shows them: a class by its name, anything else by its repr.
+    # As inspect.formatannotation shows them: a class by its name, a forward reference by the text it
+    # refers to (typing.NamedTuple's fields are ones, and from Python 3.14 any name not defined when
+    # the annotations are read; inspect shows them so from 3.14), anything else by its repr.
     t = type(annotation)
     if issubclass(t, type) and not issubclass(t, types.GenericAlias):
         return class_name(annotation)
+    if t is ForwardRef:
+        text = _forward_arg(annotation)
+        if type(text) is str:
+            return _cut(clean(text), limit)[0]
     text = bounded_repr(annotation, limit)[0]
     return text if t is str else text.replace("typing.", "")
 
