@@ -107,6 +107,13 @@ class BoundaryConformance:
     ) -> None:
         # Python gives up compiling such code with RecursionError or MemoryError; that used to reach
         # the caller of engine.run as an exception. It is the run's error; the session goes on.
+        try:  # where this Python compiles it (3.15 takes 3,000 negations), there is nothing to report
+            compile(code, "<deep>", "exec")
+        except (RecursionError, MemoryError):
+            pass
+        else:
+            if "try:" not in code:
+                pytest.skip("this Python compiles it")
         engine.run("x = 'before'", session="deep")
         result = engine.run(code, session="deep")
         assert result.status in ("error", "blocked"), result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
 import json
 import subprocess
 import sys
@@ -95,8 +96,8 @@ def test_every_tool_is_sync_and_async_and_asks_for_the_context(spec: GenparkRepl
     for tool in spec.to_tool_list():
         assert tool.requires_context
         assert tool.ctx_param_name == "ctx"
-        assert not asyncio.iscoroutinefunction(tool.real_fn)
-        assert asyncio.iscoroutinefunction(tool.async_fn)
+        assert not inspect.iscoroutinefunction(tool.real_fn)
+        assert inspect.iscoroutinefunction(tool.async_fn)
         assert tool.async_fn.__name__ == "a" + tool.metadata.get_name()
 
 
