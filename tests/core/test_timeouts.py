@@ -65,7 +65,9 @@ def test_timeout_reports_where_the_code_was(engine: ReplEngine) -> None:
     result = engine.run("x = 1\ndef spin():\n    while True:\n        pass\nspin()")
     assert result.status == "timeout"
     assert result.error is not None
-    assert result.error.line == 3
+    # Inside the loop: its header (line 3), or its body from Python 3.14, where the interpreter checks
+    # for a pending exception on the jump back rather than at the header.
+    assert result.error.line in (3, 4)
     assert "spin" in result.error.traceback
     assert "limit 0.5 s" in result.error.message
 

@@ -88,8 +88,18 @@ def test_a_symlink_out_of_the_workspace_is_refused(engine: ReplEngine, tmp_path:
     outside_refusal(message, "opening", "link/secret.csv")
     assert str(secret) not in message  # a refusal never says where a link leads
     os.symlink(secret / "secret.csv", workspace / "file-link")
-    message = refusal(engine.run("import numpy as np\nnp.loadtxt('file-link')", session=session))
-    outside_refusal(message, "opening", "file-link")
+    result = engine.run("import numpy as np\nnp.loadtxt('file-link')", session=session)
+    if (
+        result.boundary == "subprocess"
+        and result.error is not None
+        and result.error.type == "FileNotFoundError"
+    ):
+        # Where the worker's sandbox does not show the target at all (a worker in a chroot, as CI
+        # runs Python 3.14 and 3.15), numpy finds no file before it opens one: nothing is read either.
+        assert "secret" not in result.to_observation()
+        assert str(secret) not in result.to_observation()
+    else:
+        outside_refusal(refusal(result), "opening", "file-link")
 
 
 # ---- in-process: the directory is the running thread's own ------------------------------------------
