@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -15,13 +16,16 @@ def test_output_appears_while_the_cell_runs(tmp_path: Path, boundary: str) -> No
     term = repl_terminal(tmp_path, "--policy", "trusted", "--timeout", "60", "--boundary", boundary)
     try:
         term.expect(">>> ")
-        term.send("import pathlib, time")
+        # The gate is in the test's directory in-process, and in the worker's workspace on the subprocess
+        # boundary: a sandboxed worker need not see the test's own directories.
+        where = repr(str(tmp_path)) if boundary == "inprocess" else "os.getcwd()"
+        term.send(f"import os, pathlib, time; gate = pathlib.Path({where}, 'gate'); str(gate)")
         term.expect(">>> ")
+        found = re.findall(r"Out: '([^']+)'", term.seen.decode())
+        assert found, term.seen[-600:]
+        gate = Path(found[-1])
         # The cell prints, then waits until the test creates a file: the output can only be on the
         # screen before the file exists if it was printed live.
-        gate = tmp_path / "gate"
-        term.send(f"gate = pathlib.Path({str(gate)!r})")
-        term.expect(">>> ")
         for line in ("if True:", "    print('live', 1 + 1)", "    while not gate.exists(): time.sleep(0.02)"):
             term.send(line)
             term.expect("... ")
