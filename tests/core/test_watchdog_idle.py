@@ -4,6 +4,7 @@ and arm() and release(), which take no lock, never lose a wake-up or leave an in
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -71,6 +72,16 @@ def test_an_idle_watchdog_still_sleeps_and_the_next_arm_wakes_it(monkeypatch: py
     assert wake.sets == sets + 1
 
 
+# CPython 3.13.0 can deliver an asynchronous exception (PyThreadState_SetAsyncExc) so that the `except`
+# around the loop below does not catch it (a standalone loop shows it without the watchdog's code); later
+# releases do not. Not strict: the race does not lose every time.
+_ASYNC_EXC_BUG = pytest.mark.xfail(
+    sys.version_info[:3] == (3, 13, 0),
+    reason="CPython 3.13.0: an asynchronous exception can escape the except clause around a busy loop",
+    strict=False,
+)
+
+
 def _busy_until_stopped(limit_s: float = 5.0) -> float | None:
     """Run Python code until the watchdog's injection stops it: after how many seconds (None: never)."""
     started = time.monotonic()
@@ -91,6 +102,7 @@ def _end(dog: Watchdog, slot: _watchdog.Slot) -> None:
         dog.release(slot)
 
 
+@_ASYNC_EXC_BUG
 def test_an_arm_racing_the_watchdogs_pass_is_never_missed(monkeypatch: pytest.MonkeyPatch) -> None:
     # arm() takes no lock: a pass that took its list of slots just before an arm() must either see
     # `_armed` and look again, or have published the `_next_wake` that arm() reads and wakes it for.
@@ -127,6 +139,7 @@ class _PassHook(set):  # type: ignore[type-arg]
         return iter(items)
 
 
+@_ASYNC_EXC_BUG
 def test_an_arm_just_after_the_pass_took_its_slots_is_seen_before_it_sleeps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -212,6 +225,7 @@ def test_a_release_during_a_pass_that_is_about_to_inject_waits_and_clears_it(
     assert slot.fires == 1
 
 
+@_ASYNC_EXC_BUG
 def test_a_slot_armed_before_the_watchdogs_thread_first_runs_still_fires() -> None:
     # start() no longer waits for the new thread to run: the first arm() may come before the loop's
     # first pass, which must still see it. The injection lands wherever this thread is: finalizers of
