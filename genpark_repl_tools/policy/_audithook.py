@@ -1336,8 +1336,10 @@ def _define_hook(facts: _Facts) -> Callable[[str, tuple[Any, ...]], None]:
         """Global names are only for typing's evaluation of string annotations, in the session's globals."""
         if frame.f_code is not evaluate:
             return f"it reads the global names {sorted(names)}"
-        namespace = frame.f_locals.get(evaluate_globals)
-        table = dict.get(namespace, "__builtins__") if type(namespace) is dict else None
+        namespace: Any = frame.f_locals.get(evaluate_globals)
+        # A dict subclass too: the session's typing gives one (Python 3.14+); dict.get reads its own
+        # items, the builtins the compiled annotation gets.
+        table = dict.get(namespace, "__builtins__") if issubclass(type(namespace), dict) else None
         if table is None or any(table is b for b in real_builtins):
             return (
                 "a string annotation would be evaluated in a module of the host; write annotations "

@@ -23,7 +23,7 @@ from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 from typing import Any
 
 from ._audit import format_refusal, routed_refusal
-from ._audithook import MARK, SandboxState, plain_path
+from ._audithook import _EXEC_REFUSED, MARK, SandboxState, plain_path
 from ._errors import PolicyViolation
 from ._imports import (
     ModuleView,
@@ -347,6 +347,12 @@ class SessionGuards:
             )
         if name == "samples":
             return self._session_samples(value)
+        if name == "evaluate" and _is_forward_ref(obj):
+            return self._forward_ref_evaluate(obj)
+        if name == "evaluate" and _is_forward_ref(obj, of_class=True):  # ForwardRef.evaluate(ref, ...)
+            return lambda ref, /, **kw: (
+                self._forward_ref_evaluate(ref)(**kw) if _is_forward_ref(ref) else value(ref, **kw)
+            )
         if name == "mro" and isinstance(obj, type):
             return functools.partial(self._guarded_mro, obj)
         if name in _FORMAT_SINKS:
@@ -775,6 +781,105 @@ class SessionGuards:
 
         origin = typing.get_origin(tp)
         return self.type_guard if origin is type else origin
+
+    # ---- string annotations (Python 3.14+) ------------------------------------------------------
+    #
+    # From 3.14 typing evaluates a string annotation that is a bare name by looking it up (locals, the
+    # globals, then the real builtins module) without compiling it, so the hook, which judges every
+    # compiled annotation, never sees it; and get_type_hints() looks a forward reference that names
+    # a module (TypedDict's do) up in that module, whatever namespace it is given. The session's
+    # get_type_hints(), evaluate_forward_ref() and ForwardRef.evaluate() evaluate every forward
+    # reference in the names of the namespace Python would use, when it is the session's: its
+    # globals and builtins table (see _AnnotationNames); a host module's is refused as the hook does.
+
+    def get_type_hints(
+        self,
+        obj: Any,
+        globalns: Any = None,
+        localns: Any = None,
+        include_extras: bool = False,
+        *,
+        format: Any = None,
+    ) -> dict[str, Any]:
+        import typing
+
+        import annotationlib  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
+
+        Format = annotationlib.Format
+        if format is None:
+            format = Format.VALUE
+        real: Any = typing.get_type_hints  # `format` is 3.14+
+        if format == Format.STRING or getattr(obj, "__no_type_check__", None):
+            return real(obj, globalns, localns, include_extras, format=format)  # type: ignore[no-any-return]
+        is_class = isinstance(obj, type)
+        is_argument = not is_class and not isinstance(obj, ModuleType)
+        hints: dict[str, Any] = {}
+        for source in reversed(obj.__mro__) if is_class else (obj,):
+            annotations = annotationlib.get_annotations(source, format=format)
+            if is_argument and not annotations and not callable(obj) and not _annotatable(obj):
+                raise TypeError(f"{obj!r} is not a module, class, or callable.")
+            names = self._annotation_names(
+                globalns if globalns is not None else _annotation_globals(source),
+                localns,
+                getattr(source, "__type_params__", ()),
+            )
+            for name, annotation in annotations.items():
+                value = annotation
+                if isinstance(value, str):
+                    value = typing._make_forward_ref(value, is_argument=is_argument, is_class=is_class)  # type: ignore[attr-defined]
+                # Not get_type_hints' preference for a forward reference's own module: only `names`.
+                value = typing._eval_type(value, names, {}, (), format=format, owner=obj)  # type: ignore[attr-defined]
+                hints[name] = type(None) if value is None else value
+        if include_extras:
+            return hints
+        return {k: typing._strip_annotations(t) for k, t in hints.items()}  # type: ignore[attr-defined]
+
+    def evaluate_forward_ref(
+        self, forward_ref: Any, *, owner: Any = None, globals: Any = None, **kw: Any
+    ) -> Any:
+        import typing
+
+        names, kw = self._forward_ref_names(forward_ref, owner, globals, kw)
+        return typing.evaluate_forward_ref(forward_ref, owner=owner, globals=names, **kw)  # type: ignore[attr-defined]
+
+    def _forward_ref_evaluate(self, forward_ref: Any) -> Callable[..., Any]:
+        def evaluate(*, owner: Any = None, globals: Any = None, **kw: Any) -> Any:
+            names, kw = self._forward_ref_names(forward_ref, owner, globals, kw)
+            return forward_ref.evaluate(owner=owner, globals=names, **kw)
+
+        return evaluate
+
+    def _forward_ref_names(
+        self, ref: Any, owner: Any, namespace: Any, kw: dict[str, Any]
+    ) -> tuple[_AnnotationNames, dict[str, Any]]:
+        """The names for evaluating `ref` with the keyword arguments `kw` of ForwardRef.evaluate(),
+        and those arguments without the namespaces: the names are the only ones."""
+        if namespace is None:  # where ForwardRef.evaluate() looks, in its order
+            module = ref.__forward_module__
+            if module is not None:
+                namespace = getattr(sys.modules.get(module), "__dict__", None)
+            elif ref.__globals__ is not None:
+                namespace = ref.__globals__
+            else:
+                namespace = _annotation_globals(owner if owner is not None else ref.__owner__)
+        type_params = kw.pop("type_params", None)
+        if type_params is None:
+            type_params = getattr(owner if owner is not None else ref.__owner__, "__type_params__", ())
+        names = self._annotation_names(namespace, kw.pop("locals", None), type_params)
+        return names, {**kw, "locals": {}, "type_params": ()}
+
+    def _annotation_names(self, namespace: Any, local: Any, type_params: Any) -> _AnnotationNames:
+        table = dict.get(namespace, "__builtins__") if issubclass(type(namespace), dict) else None
+        if type(table) is not dict or table is builtins.__dict__:
+            return _AnnotationNames(self, _ANNOTATION_IN_HOST)
+        names = _AnnotationNames(self, "")
+        names.update(table)
+        # With its `__builtins__`: what the hook checks where typing compiles an annotation.
+        names.update(namespace)
+        names.update({param.__name__: param for param in type_params or ()})
+        if local is not None:
+            names.update(local)
+        return names
 
     def attrgetter(self, attr: str, *attrs: str) -> Any:
         import operator
@@ -1302,6 +1407,63 @@ class _GuardedAttrGetter:
                 value = self._guards.getattr(value, part)
             values.append(value)
         return values[0] if len(values) == 1 else tuple(values)
+
+
+_ANNOTATION_IN_HOST = (  # the hook's words for the same namespaces where it judges a compiled annotation
+    "a string annotation would be evaluated in a module of the host; write annotations "
+    "without quotes or give get_type_hints() a namespace of your own"
+)
+
+
+class _AnnotationNames(dict):  # type: ignore[type-arg]
+    """The names a forward reference of the session may use (Python 3.14+): its namespace's own and
+    its builtins table's, given to typing as the globals, with empty locals. Every name of the real
+    builtins counts as present, so typing's lookup never falls through to the real builtins module:
+    one the session lacks is a NameError. Private names (the table's internals among them) are
+    refused, as the hook refuses them in a compiled annotation. With `refusal` set the namespace is a
+    host module's, or has no builtins of the session's, and looking any name up is refused; compiled,
+    such an annotation gets the real builtins, which the hook refuses."""
+
+    __slots__ = ("guards", "refusal")
+
+    def __init__(self, guards: SessionGuards, refusal: str) -> None:
+        super().__init__()
+        self.guards, self.refusal = guards, refusal
+
+    def __contains__(self, name: object) -> bool:
+        if self.refusal:
+            raise self.guards.refuse(_EXEC_REFUSED, self.refusal)
+        if isinstance(name, str) and nfkc(exact(name)).startswith("_"):
+            raise self.guards.refuse(_EXEC_REFUSED, f"the annotation uses the private name '{name}'")
+        return dict.__contains__(self, name) or name in builtins.__dict__
+
+    def __missing__(self, name: str) -> Any:
+        raise NameError(f"name {name!r} is not defined")  # no name=: it would suggest the real builtin
+
+
+def _is_forward_ref(obj: Any, of_class: bool = False) -> bool:
+    """A ForwardRef (or the class), whose evaluate() looks names up without compiling them (Python 3.14+)."""
+    cls = getattr(sys.modules.get("annotationlib"), "ForwardRef", None)
+    return cls is not None and (obj is cls if of_class else _real_type(obj) is cls)
+
+
+def _annotatable(obj: Any) -> bool:
+    return hasattr(obj, "__annotations__") or hasattr(obj, "__annotate__")
+
+
+def _annotation_globals(owner: Any) -> Any:
+    """The globals Python evaluates `owner`'s annotations in (a class's are its module's)."""
+    if isinstance(owner, type):
+        return getattr(sys.modules.get(owner.__module__), "__dict__", None)
+    if isinstance(owner, ModuleType):
+        return owner.__dict__
+    seen = {id(owner)}
+    while hasattr(owner, "__wrapped__"):  # as get_type_hints() unwraps
+        owner = owner.__wrapped__
+        if id(owner) in seen:
+            raise ValueError("wrapper loop when unwrapping an annotated object")
+        seen.add(id(owner))
+    return getattr(owner, "__globals__", None)
 
 
 @functools.lru_cache(maxsize=1024)

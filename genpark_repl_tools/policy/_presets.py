@@ -193,6 +193,8 @@ ATTRIBUTE_RULES = AttributeRules(
         # and, on 3.15, PureWindowsPath also as `ntpath` (imported in its class body)
         "parser",
         "ntpath",
+        # ForwardRef.evaluate looks a bare name up in namespaces it picks and the real builtins (3.14+)
+        "evaluate",
     ),
     class_dunders=_CLASS_DUNDERS,
     class_dunder_names=("__slots__", "__hash__"),

@@ -7,6 +7,8 @@ session may use), never by which module asks to run it.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from _security import ok, refusal, run
 
@@ -70,6 +72,11 @@ def f(x: 'getattr'):
     pass
 typing.get_type_hints(f, globalns={})
 """
+STRING_ANNOTATION_PRIVATE = """import typing
+def f(x: '__builtins__'):
+    pass
+typing.get_type_hints(f)
+"""
 
 LEGITIMATE = """import collections, dataclasses, typing
 @dataclasses.dataclass(order=True)
@@ -114,8 +121,18 @@ LEGITIMATE_VALUE = (
         (STRING_ANNOTATION_CALL, "a string annotation may only name types (Call found)"),
         (STRING_ANNOTATION_HOST_GLOBALS, "a string annotation would be evaluated in a module of the host"),
         (STRING_ANNOTATION_OWN_NAMESPACE, "a string annotation would be evaluated in a module of the host"),
+        (STRING_ANNOTATION_PRIVATE, "the annotation uses the private name '__builtins__'"),
     ],
-    ids=["field-name", "inherited-eq", "hash", "private-field", "annotation-call", "class-hints", "globalns"],
+    ids=[
+        "field-name",
+        "inherited-eq",
+        "hash",
+        "private-field",
+        "annotation-call",
+        "class-hints",
+        "globalns",
+        "private-name",
+    ],
 )
 def test_generated_code_runs_only_if_verified(engine: ReplEngine, code: str, reason: str) -> None:
     message = refusal(run(engine, code))
@@ -134,3 +151,86 @@ def test_dataclasses_namedtuple_and_type_hints_still_work(engine: ReplEngine) ->
 def test_int_is_untouched_after_the_eq_injection(engine: ReplEngine) -> None:
     refusal(run(engine, INHERITED_EQ))
     assert (5).real == 5
+
+
+# String annotations that are bare names: from Python 3.14 typing looks them up instead of compiling
+# them, so the hook never sees them; the session's typing looks them up in the session's names only.
+FORWARD_REFERENCE_NEIGHBOURS = """import dataclasses, typing
+class Later:
+    pass
+def f(a: 'Later', b: 'list[int]', c: 'getattr', d: 'typing.Optional[Later]') -> 'str':
+    pass
+@dataclasses.dataclass
+class P:
+    x: 'int'
+    y: 'Later' = None
+class N(typing.NamedTuple):
+    a: 'Later'
+    b: int = 0
+class Plain:
+    u: int
+    v: list[str]
+h = typing.get_type_hints(f)
+(h['a'] is Later, h['b'] == list[int], h['c'] is getattr, h['d'] == typing.Optional[Later],
+ h['return'] is str, P(1).x, N(Later()).b, typing.get_type_hints(Plain) == {'u': int, 'v': list[str]})
+"""
+
+
+def test_string_annotations_naming_the_sessions_classes_and_builtins_work(engine: ReplEngine) -> None:
+    assert ok(run(engine, FORWARD_REFERENCE_NEIGHBOURS)).value == "(True, True, True, True, True, 1, 0, True)"
+
+
+def test_a_string_annotation_gets_the_sessions_builtin_never_the_real_one(engine: ReplEngine) -> None:
+    code = "import typing\ndef f(a: 'vars'):\n    pass\ntyping.get_type_hints(f)['a'](f)"
+    assert refusal(run(engine, code)).startswith("builtin 'vars' is not available")
+
+
+def test_a_forward_reference_naming_a_host_module_is_not_looked_up_there(engine: ReplEngine) -> None:
+    # TypedDict's forward references name the class's module, the host's __main__; get_type_hints()
+    # would look them up there even with a namespace given. Refused, or not found in the namespace.
+    code = (
+        "import typing\nclass D(typing.TypedDict):\n    a: 'ReplEngine'\n"
+        "typing.get_type_hints(D, globalns={'__builtins__': {}})"
+    )
+    result = run(engine, code)
+    assert result.status in ("error", "blocked"), result.to_observation()
+    assert result.error is not None and result.error.type in ("PolicyViolation", "NameError"), result.error
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 14), reason="ForwardRef.evaluate() and evaluate_forward_ref() are 3.14+"
+)
+@pytest.mark.parametrize(
+    "code",
+    [
+        "typing.ForwardRef('ReplEngine', module='__main__').evaluate()",
+        "typing.ForwardRef('ReplEngine', owner=int).evaluate()",
+        "typing.evaluate_forward_ref(typing.ForwardRef('ReplEngine'), owner=typing)",
+        "typing.ForwardRef.evaluate(typing.ForwardRef('getattr'), globals={})",
+    ],
+    ids=["module", "owner-class", "owner-module", "unbound-globals"],
+)
+def test_forward_refs_are_not_evaluated_in_host_namespaces(engine: ReplEngine, code: str) -> None:
+    hook = (
+        f"{REFUSED} under policy '{engine.policy.name}'; a string annotation would be evaluated in a module"
+    )
+    assert refusal(run(engine, f"import typing\n{code}")).startswith(hook)
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 14), reason="ForwardRef.evaluate() and evaluate_forward_ref() are 3.14+"
+)
+def test_forward_refs_evaluate_in_the_sessions_names(engine: ReplEngine) -> None:
+    code = """import typing
+class Later:
+    pass
+def f():
+    pass
+(typing.ForwardRef('Later').evaluate(owner=f) is Later,
+ typing.evaluate_forward_ref(typing.ForwardRef('list[Later]'), owner=f) == list[Later],
+ typing.ForwardRef.evaluate(typing.ForwardRef('getattr'), owner=f) is getattr)
+"""
+    assert ok(run(engine, code)).value == "(True, True, True)"
+    missing = "import typing\ntyping.ForwardRef('vars').evaluate(globals={'__builtins__': {}})"
+    result = run(engine, missing)
+    assert result.error is not None and result.error.type == "NameError", result.to_observation()
