@@ -200,7 +200,9 @@ def special_values() -> dict[int, tuple[Any, Factory]]:
     add(operator.attrgetter, lambda g, real: g.attrgetter)
     add(operator.methodcaller, lambda g, real: g.methodcaller)
     add(typing.get_origin, lambda g, real: g.get_origin)
-    if sys.version_info >= (3, 14):  # forward references are looked up, not compiled: see SessionGuards
+    # Where typing has evaluate_forward_ref (3.14+), forward references are looked up, not compiled,
+    # so the hook never sees them: the session's own evaluation (see SessionGuards) replaces typing's.
+    if hasattr(typing, "evaluate_forward_ref"):
         add(typing.get_type_hints, lambda g, real: g.get_type_hints)
         add(typing.evaluate_forward_ref, lambda g, real: g.evaluate_forward_ref)  # type: ignore[attr-defined,unused-ignore]
     # Path metadata (stat, readlink, owner) raises no audit event: the session's paths answer it
