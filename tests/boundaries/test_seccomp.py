@@ -183,18 +183,19 @@ def test_the_cli_says_what_is_missing_once_and_require_refuses(tmp_path: Path) -
     notices = [line for line in repl.stderr.splitlines() if "landlock is not available" in line]
     assert len(notices) == 1, repl.stderr
     assert "Landlock unavailable" in notices[0]
-    mcp = subprocess.run(
-        [python, "-m", "genpark_repl_tools", "mcp", "--require", "landlock"],
-        stdin=subprocess.DEVNULL,
+    # `run` has the same engine options as `mcp` and needs no MCP SDK (the core suite runs without it).
+    run = subprocess.run(
+        [python, "-m", "genpark_repl_tools", "run", "--boundary", "subprocess", "--require", "landlock", "-"],
+        input="1",
         capture_output=True,
         check=False,
         text=True,
         timeout=120,
         env=env,
     )
-    assert mcp.returncode == 2, mcp.stderr
-    assert "required protections are not active here: landlock" in mcp.stderr
-    assert "Landlock unavailable" in mcp.stderr
+    assert run.returncode == 2, run.stderr
+    assert "required protections are not active here: landlock" in run.stderr
+    assert "Landlock unavailable" in run.stderr
 
 
 def test_the_filter_refuses_an_unknown_architecture(monkeypatch: pytest.MonkeyPatch) -> None:

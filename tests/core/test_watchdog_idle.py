@@ -73,12 +73,12 @@ def test_an_idle_watchdog_still_sleeps_and_the_next_arm_wakes_it(monkeypatch: py
 
 
 # CPython 3.13.0 can deliver an asynchronous exception (PyThreadState_SetAsyncExc) so that the `except`
-# around the loop below does not catch it (a standalone loop shows it without the watchdog's code); later
-# releases do not. Not strict: the race does not lose every time.
-_ASYNC_EXC_BUG = pytest.mark.xfail(
+# around the loop below does not catch it (a standalone loop shows it without the watchdog's code), and
+# the stray exception then lands in whatever runs next on the thread (pytest's own code). Later releases do
+# not. These tests cannot run safely there, so they are skipped on exactly that release.
+_ASYNC_EXC_BUG = pytest.mark.skipif(
     sys.version_info[:3] == (3, 13, 0),
     reason="CPython 3.13.0: an asynchronous exception can escape the except clause around a busy loop",
-    strict=False,
 )
 
 
