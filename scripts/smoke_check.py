@@ -40,7 +40,7 @@ def refused_read() -> None:
     with ReplEngine(policy="standard") as engine:
         result = engine.run("open('/etc/passwd').read()")
         observation = result.to_observation()
-        assert result.status == "error", observation
+        assert result.status == "blocked", observation  # refused by a runtime guard: blocked, like the audit
         assert "opening '/etc/passwd' is not allowed under policy 'standard'" in observation, observation
         # Its neighbour: a file inside the session's workspace.
         done = engine.run("open('notes.txt', 'w').write('kept')\nopen('notes.txt').read()")
