@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -113,4 +114,5 @@ def test_allowed_by_the_audit_says_the_run_can_still_block_it(
     assert main(["run", "--policy", "standard", script]) == cli.EXIT_BLOCKED
     ran = capsys.readouterr().out
     assert ran.startswith("Blocked by policy 'standard' while running;"), ran
-    assert "line 1:8: opening '/etc/passwd' is not allowed" in ran, ran
+    # Python 3.10 knows no column of the failing expression: the line alone there.
+    assert re.search(r"line 1(:8)?: opening '/etc/passwd' is not allowed", ran), ran
