@@ -678,6 +678,11 @@ def _make_boundary(name: str, policy: Policy, limits: Limits, options: dict[str,
         from .boundaries.ray import RayBoundary  # MissingDependency without the `ray` extra
 
         return RayBoundary(policy, limits, **options)
+    if name == "docker":
+        from .boundaries.docker import DockerBoundary
+
+        return DockerBoundary(policy, limits, **options)
     raise ValueError(
-        f"unknown boundary {name!r}; choose 'inprocess', 'subprocess' or 'ray', or pass a BaseBoundary"
+        f"unknown boundary {name!r}; choose 'inprocess', 'subprocess', 'docker' or 'ray',"
+        " or pass a BaseBoundary"
     )
