@@ -12,18 +12,22 @@ Each task creates `.venv` on first use and reinstalls only when a requirements f
 test-matrix does the same with one `.venv-py3XX` (core) or `.venv-py3XX-full` per Python version.
 3.10-3.13 come from pyenv (or PATH, or `pyenv install`); 3.14 and 3.15 from a Debian sid root built on first
 use in /var/tmp (scripts/pyroot.py, needs root), whose venvs are made and run inside it. test-matrix with
-no arguments: the full suite on 3.15, the core suite on the others. A missing Python fails.
+no arguments: the full suite on 3.10 and 3.15, the core suite on the others, two runs at a time. A missing
+Python fails.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import venv
 import xml.etree.ElementTree as ET
@@ -178,8 +182,10 @@ def _bench(rest: list[str]) -> int:
 # must not need one). A full run takes 9.5-13 minutes on two cores shared with other work (5-7.5 minutes of
 # CPU), a core run about half: .ci/run's header has the whole budget.
 MATRIX = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
-# The newest runs everything; 3.10's core run keeps the oldest covered (a full one cost CI 13 minutes).
-FULL_ON = ("3.15",)
+FULL_ON = ("3.10", "3.15")
+# Runs at once: a suite waits on workers, sleeps and timeouts for a third of its time, so two share the two
+# cores well (the full runs go first, being the longest). Each run's output is printed when it ends.
+JOBS = 2
 # The container boundary's tests run once, in `dev.py test`: its host side is the same code on every Python,
 # and its workers run the image's Python, not the matrix's (a rooted Python has no Docker daemon to reach).
 MATRIX_IGNORE = ["--ignore=tests/container"]
@@ -348,6 +354,34 @@ def _matrix_run(version: str, full: bool, rest: list[str]) -> tuple[str, int, di
     return label, code, counts
 
 
+def _matrix_child(version: str, full: bool, rest: list[str]) -> tuple[str, int, dict[str, int]]:
+    """One run of a parallel matrix, as a child `dev.py test-matrix`, its output printed when it ends."""
+    label = f"{version} {'full' if full else 'core'}"
+    with tempfile.TemporaryDirectory(prefix="genpark-matrix-") as tmp:
+        row, log = Path(tmp, "row.json"), Path(tmp, "log")
+        print(f"==> Python {label}: started", flush=True)
+        with log.open("wb") as out:
+            code = subprocess.call(
+                [sys.executable, __file__, "test-matrix", version, "full" if full else "core", *rest],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "GENPARK_MATRIX_ROW": str(row)},
+            )
+        with _print_lock:
+            print(f"\n==> Python {label}: its output\n", flush=True)
+            sys.stdout.buffer.write(log.read_bytes())
+            sys.stdout.flush()
+        if not row.exists():  # it failed before its suite ran (no interpreter, a venv that did not build)
+            empty = dict.fromkeys(("tests", "failures", "errors", "skipped", "xfailed", "seconds"), 0)
+            return label, code or 1, empty
+        found_label, found_code, counts = json.loads(row.read_text())[0]
+        return str(found_label), int(found_code), dict(counts)
+
+
+_print_lock = threading.Lock()
+
+
 def _test_matrix(rest: list[str]) -> int:
     # --except 3.X: a version another step already covers (.ci/run: the README's test command).
     excepted = [rest[i + 1] for i, arg in enumerate(rest[:-1]) if arg == "--except"]
@@ -374,7 +408,14 @@ def _test_matrix(rest: list[str]) -> int:
         runs += [(v, True) for v in FULL_ON if v in chosen]
     if not runs:
         raise SystemExit("test-matrix: nothing to run (name a version with core or full)")
-    rows = [_matrix_run(version, full, rest) for version, full in runs]
+    runs.sort(key=lambda run: not run[1])
+    if len(runs) == 1 or os.environ.get("GENPARK_MATRIX_ROW"):
+        rows = [_matrix_run(version, full, rest) for version, full in runs]
+        if os.environ.get("GENPARK_MATRIX_ROW"):  # a run of a parallel matrix: its row goes to the parent
+            Path(os.environ["GENPARK_MATRIX_ROW"]).write_text(json.dumps(rows))
+    else:
+        with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
+            rows = list(pool.map(lambda run: _matrix_child(run[0], run[1], rest), runs))
     print("\ntest-matrix:")
     for label, code, counts in rows:
         verdict = "ok" if code == 0 else f"FAILED (pytest exit {code})"
