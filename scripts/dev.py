@@ -177,7 +177,7 @@ def _bench(rest: list[str]) -> int:
 
 # ---- test-matrix: the suite on every Python the package claims -------------------------------------
 # requires-python's floor up to the current CPython. pyenv provides 3.10-3.13; 3.14 and 3.15 come from a
-# Debian sid root (scripts/pyroot.py) and run inside it. The newest runs everything; the others
+# Debian sid root (scripts/pyroot.py) and run inside it. The oldest and newest run everything; the others
 # run the core suite (tests/security and tests/policy included) in a venv without any framework (the core
 # must not need one). A full run takes 9.5-13 minutes on two cores shared with other work (5-7.5 minutes of
 # CPU), a core run about half: .ci/run's header has the whole budget.
