@@ -178,7 +178,7 @@ class SubprocessBoundary(BaseBoundary):
             max_processes=max_processes,
             checkpoints=checkpoints,
         )
-        self._pool = WorkerPool(config, worker_env(env), python, limits, max_workers)
+        self._pool = self._make_pool(config, worker_env(env), python, limits, max_workers)
         # The finalizer must not reference self: it runs when a boundary is dropped without close().
         self._finalizer = weakref.finalize(
             self, _emergency_cleanup, self._pool, self._root if self._owns_root else None
@@ -200,6 +200,18 @@ class SubprocessBoundary(BaseBoundary):
             except BaseException:
                 self.close()
                 raise
+
+    def _make_pool(
+        self,
+        config: dict[str, Any],
+        env: dict[str, str],
+        python: str | None,
+        limits: Limits,
+        max_workers: int | None,
+    ) -> WorkerPool:
+        """Where workers are launched: forked by a zygote here; the container boundary starts its
+        zygotes in containers instead, through the same session handling."""
+        return WorkerPool(config, env, python, limits, max_workers)
 
     # ---- contract -------------------------------------------------------------------------------
 
