@@ -235,7 +235,7 @@ def test_bare_exec_is_timed_in_a_process_our_hook_never_reached() -> None:
     # A restricted run here installs our audit hook in this process, which from then on judges this
     # process's own compile and exec: the partner is a fresh interpreter, untouched by it.
     partner_module = _bench_module("_partner")
-    with ReplEngine(policy="strict") as engine:
+    with ReplEngine(boundary="inprocess", policy="strict") as engine:
         assert engine.run("x = 1").status == "ok"
         partner = partner_module.BarePartner(30)
         try:

@@ -30,6 +30,6 @@ def test_a_chosen_limit_wins_and_the_default_can_be_lifted() -> None:
 
 
 def test_in_process_a_memory_error_says_out_of_memory_without_claiming_a_limit() -> None:
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         result = engine.run("raise MemoryError")
     assert result.error is not None and result.error.message == "out of memory"

@@ -166,7 +166,7 @@ def test_code_reaches_the_worker_as_written() -> None:
     surrogate = "t = '\udcff'\nlen(t)"
     with (
         ReplEngine(policy="standard", boundary="subprocess", limits=Limits(timeout_s=10)) as sub,
-        ReplEngine(policy="standard") as local,
+        ReplEngine(boundary="inprocess", policy="standard") as local,
     ):
         for snippet in (code, surrogate):
             there, here = sub.run(snippet, "s"), local.run(snippet, "s")
@@ -181,7 +181,7 @@ def test_warm_results_equal_in_process_ones() -> None:
     cells = ["x = 1", "x = 1", "x + 1", "print('hi')", "'żółć'", "None", "import math", "missing"]
     with (
         ReplEngine(policy="standard", boundary="subprocess", limits=Limits(timeout_s=10)) as sub,
-        ReplEngine(policy="standard") as local,
+        ReplEngine(boundary="inprocess", policy="standard") as local,
     ):
         for code in cells:
             there, here = sub.run(code, "s"), local.run(code, "s")

@@ -27,6 +27,6 @@ def restricting_policy(request: pytest.FixtureRequest) -> str:
     """A preset whose audit refuses `import socket`: each restricting preset in turn."""
     name: str = request.param
     assert name in cli._known_policies()
-    with ReplEngine(policy=name) as engine:
+    with ReplEngine(boundary="inprocess", policy=name) as engine:
         assert not engine.audit("import socket").allowed
     return name

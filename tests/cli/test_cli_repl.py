@@ -39,7 +39,7 @@ def drive(
     switch_policy: Callable[[str], ReplEngine] | None = None,
 ) -> tuple[str, int, ReplEngine]:
     """Feed `lines` to the REPL as a pipe would; returns what it printed, its exit code and the engine."""
-    engine = engine or ReplEngine(policy="trusted")
+    engine = engine or ReplEngine(boundary="inprocess", policy="trusted")
     stdout = io.StringIO()
     code = repl(
         engine,
@@ -165,7 +165,7 @@ def test_policy_switch_replaces_the_engine() -> None:
     def switch(name: str) -> ReplEngine:
         if name != "trusted":
             raise UsageError(f"unknown policy {name!r}; choose one of: trusted")
-        made.append(ReplEngine(policy=name))
+        made.append(ReplEngine(boundary="inprocess", policy=name))
         return made[-1]
 
     out, _, first = drive("kept = 1\n:policy nope\nkept\n:policy trusted\nkept\n", switch_policy=switch)

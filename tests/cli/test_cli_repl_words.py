@@ -12,7 +12,7 @@ from genpark_repl_tools.cli import build_parser, repl
 
 def drive(lines: str) -> tuple[str, int]:
     stdout = io.StringIO()
-    code = repl(ReplEngine(policy="standard"), stdin=io.StringIO(lines), stdout=stdout)
+    code = repl(ReplEngine(boundary="inprocess", policy="standard"), stdin=io.StringIO(lines), stdout=stdout)
     return stdout.getvalue(), code
 
 

@@ -17,7 +17,10 @@ KEY = b"cli-store-tests-key-0123456789abcdef"
 @pytest.fixture
 def spec(tmp_path: Path) -> str:
     path = tmp_path / "sessions.db"
-    with SQLiteStore.from_path(path) as store, ReplEngine(store=store, snapshot_key=KEY) as engine:
+    with (
+        SQLiteStore.from_path(path) as store,
+        ReplEngine(boundary="inprocess", store=store, snapshot_key=KEY) as engine,
+    ):
         engine.run("import math\nradii = [1, 2]\ngen = (i for i in radii)", session="conv-1")
         engine.run("x = 1", session="conv-2")
         engine.run("x = 2", session="conv-2")

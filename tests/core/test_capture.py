@@ -29,7 +29,7 @@ def _expected(tag: str) -> str:
 
 @pytest.fixture
 def engine() -> ReplEngine:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=20)) as e:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=20)) as e:
         yield e
 
 
@@ -108,7 +108,9 @@ def test_binary_buffer_writes_are_captured(engine: ReplEngine) -> None:
 
 
 def test_print_flood_keeps_memory_bounded() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=30, max_output_chars=10_000)) as engine:
+    with ReplEngine(
+        boundary="inprocess", policy="trusted", limits=Limits(timeout_s=30, max_output_chars=10_000)
+    ) as engine:
         tracemalloc.start()
         try:
             result = engine.run("line = 'x' * 1000\nfor i in range(20_000):\n    print(line)")

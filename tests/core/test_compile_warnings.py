@@ -68,7 +68,7 @@ def test_the_host_process_prints_nothing() -> None:
     ],
 )
 def test_every_run_shows_the_warning_once(plain_warnings: None, policy: str, code: str) -> None:
-    engine = ReplEngine(policy=policy)
+    engine = ReplEngine(boundary="inprocess", policy=policy)
     for session in ("s", "s", "t"):  # the second run and the other session use the cached cell
         result = engine.run(code, session)
         assert result.status == "ok", result.error
@@ -76,29 +76,33 @@ def test_every_run_shows_the_warning_once(plain_warnings: None, policy: str, cod
 
 
 def test_the_warning_comes_before_the_cells_own_stderr(plain_warnings: None) -> None:
-    result = ReplEngine(policy="trusted").run("import sys\nx = 5 is 5\nprint('own', file=sys.stderr)", "s")
+    result = ReplEngine(boundary="inprocess", policy="trusted").run(
+        "import sys\nx = 5 is 5\nprint('own', file=sys.stderr)", "s"
+    )
     assert result.stderr == WARNING + "own\n"
 
 
 def test_the_same_warning_twice_on_a_line_shows_once(plain_warnings: None) -> None:
     # The compiler warns once per comparison; Python's default filter shows a warning once per line.
-    result = ReplEngine(policy="trusted").run("y = 5\nx = y is 5 or y is 6", "s")
+    result = ReplEngine(boundary="inprocess", policy="trusted").run("y = 5\nx = y is 5 or y is 6", "s")
     assert result.stderr == WARNING
 
 
 def test_each_warning_keeps_its_line(plain_warnings: None) -> None:
-    result = ReplEngine(policy="trusted").run("y = 5\nx = y is 5\nz = y is not 6", "s")
+    result = ReplEngine(boundary="inprocess", policy="trusted").run("y = 5\nx = y is 5\nz = y is not 6", "s")
     assert result.stderr == compiler_says("y = 5\nx = y is 5\nz = y is not 6")
 
 
 def test_a_cell_without_warnings_writes_nothing(plain_warnings: None) -> None:
-    engine = ReplEngine(policy="standard")
+    engine = ReplEngine(boundary="inprocess", policy="standard")
     assert engine.run("x = 1\nx", "s").stderr == ""
 
 
 def test_a_host_that_makes_warnings_errors_gets_a_syntax_error() -> None:
     # pytest runs this suite with `-W error`: the compiler then raises, as under `python -W error`.
-    result = ReplEngine(policy="standard").run("w = 5\nv = w is 7", "s")  # a cell no test compiled
+    result = ReplEngine(boundary="inprocess", policy="standard").run(
+        "w = 5\nv = w is 7", "s"
+    )  # a cell no test compiled
     assert result.status == "error"
     assert result.error is not None
     assert (result.error.type, result.error.line) == ("SyntaxError", 2)
@@ -116,7 +120,7 @@ def test_a_new_cell_compiles_inside_its_runs_routing(
     routed: list[object] = []
     real_route = _compile.route
     monkeypatch.setattr(_compile, "route", lambda cap: routed.append(cap) or real_route(cap))
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         # New to the cache (a comment no other test's cell has): this run compiles it.
         result = engine.run("y = 5\nx = y is 5\n# compiled inside its run's routing", session="s")
     assert routed == []

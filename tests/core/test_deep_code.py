@@ -10,7 +10,7 @@ from genpark_repl_tools import ReplEngine
 
 @pytest.mark.parametrize("policy", ["trusted", "standard", "strict"])
 def test_deep_code_is_an_error_result_under_every_policy(policy: str) -> None:
-    with ReplEngine(policy=policy) as engine:
+    with ReplEngine(boundary="inprocess", policy=policy) as engine:
         for code in ("x = 1" + "+1" * 100_000, "x = " + "-" * 100_000 + "1", "y = a" + ".b" * 100_000):
             result = engine.run(code)
             assert result.status in ("error", "blocked"), (policy, code[:20], result.status)

@@ -80,18 +80,18 @@ def test_public_names_are_exactly_these() -> None:
 
 @pytest.mark.parametrize("code", [None, b"x = 1", 42, ["x = 1"]])
 def test_code_must_be_a_string(code: object) -> None:
-    with ReplEngine() as engine, pytest.raises(TypeError, match="code must be a str"):
+    with ReplEngine(boundary="inprocess") as engine, pytest.raises(TypeError, match="code must be a str"):
         engine.run(code)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("session", ["", "x" * 300, "bad\nid", 7])
 def test_session_id_is_validated(session: object) -> None:
-    with ReplEngine() as engine, pytest.raises((TypeError, ValueError)):
+    with ReplEngine(boundary="inprocess") as engine, pytest.raises((TypeError, ValueError)):
         engine.run("1", session=session)  # type: ignore[arg-type]
 
 
 def test_oversized_code_is_an_error_result_not_a_run() -> None:
-    with ReplEngine(limits=Limits(max_code_chars=1000)) as engine:
+    with ReplEngine(boundary="inprocess", limits=Limits(max_code_chars=1000)) as engine:
         result = engine.run("x = 1\n" + "#" * 2000)
         assert result.status == "error"
         assert result.error is not None and result.error.type == "InputTooLarge"
@@ -101,13 +101,13 @@ def test_oversized_code_is_an_error_result_not_a_run() -> None:
 
 def test_unknown_policy_and_boundary_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown policy 'paranoid'"):
-        ReplEngine(policy="paranoid")
+        ReplEngine(boundary="inprocess", policy="paranoid")
     with pytest.raises(ValueError, match="unknown boundary 'cloud'"):
         ReplEngine(boundary="cloud")
 
 
 def test_session_cap() -> None:
-    with ReplEngine(limits=Limits(max_sessions=2)) as engine:
+    with ReplEngine(boundary="inprocess", limits=Limits(max_sessions=2)) as engine:
         engine.run("1", session="a")
         engine.run("1", session="b")
         with pytest.raises(CapacityError, match="max_sessions"):
@@ -117,14 +117,14 @@ def test_session_cap() -> None:
 
 
 def test_unknown_session_has_no_variables_but_cannot_be_inspected() -> None:
-    with ReplEngine() as engine:
+    with ReplEngine(boundary="inprocess") as engine:
         assert engine.variables("ghost") == []
         with pytest.raises(SessionNotFound, match="no session 'ghost'"):
             engine.inspect("x", session="ghost")
 
 
 def test_context_manager_closes() -> None:
-    with ReplEngine() as engine:
+    with ReplEngine(boundary="inprocess") as engine:
         engine.run("x = 1")
     with pytest.raises(EngineClosed):
         engine.sessions()
@@ -132,7 +132,7 @@ def test_context_manager_closes() -> None:
 
 
 def test_describe_is_honest_about_inprocess() -> None:
-    with ReplEngine() as engine:
+    with ReplEngine(boundary="inprocess") as engine:
         enforced = engine.describe()["enforced"]
         assert enforced["memory_limit"] is False
         assert enforced["crash_isolation"] is False
@@ -174,7 +174,7 @@ def test_result_json_schema_is_available() -> None:
 
 
 def test_audit_under_trusted_allows_everything() -> None:
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         report = engine.audit("import os\nos.getcwd()")
         assert report.allowed and report.findings == []
         with pytest.raises(TypeError):
@@ -182,7 +182,7 @@ def test_audit_under_trusted_allows_everything() -> None:
 
 
 def test_repr_shows_policy_and_sessions() -> None:
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         engine.run("1", session="a")
         assert repr(engine) == "<ReplEngine policy='trusted' boundary='inprocess' 1 sessions>"
 

@@ -13,7 +13,7 @@ from genpark_repl_tools._compile import compile_cell
 
 @pytest.fixture
 def engine() -> ReplEngine:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=10)) as e:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=10)) as e:
         yield e
 
 
@@ -89,7 +89,7 @@ def test_name_error_suggests_a_close_name(engine: ReplEngine) -> None:
 
 
 def test_repr_that_loops_forever_is_stopped() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=0.5)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=0.5)) as engine:
         engine.run("class Evil:\n    def __repr__(self):\n        while True:\n            pass\n")
         result = engine.run("Evil()")
         assert result.status == "timeout"
@@ -107,7 +107,7 @@ def test_broken_repr_is_reported_not_raised(engine: ReplEngine) -> None:
 
 
 def test_inspect_with_endless_len_is_bounded() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=0.5)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=0.5)) as engine:
         engine.run("class Slow:\n    def __len__(self):\n        while True:\n            pass\n")
         engine.run("s = 1")
         engine.run("s = Slow()")

@@ -28,7 +28,7 @@ def lines(*parts: str | None) -> str:
 
 @pytest.fixture
 def engine() -> ReplEngine:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=0.3)) as e:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=0.3)) as e:
         yield e
 
 

@@ -55,7 +55,7 @@ def _check(result: ExecutionResult) -> None:
 @pytest.mark.parametrize("policy", ["trusted", "standard"])
 @pytest.mark.parametrize("name", sorted(CELLS))
 def test_results_equal_their_validated_dumps(policy: str, name: str) -> None:
-    with ReplEngine(policy=policy, limits=Limits(timeout_s=10)) as engine:
+    with ReplEngine(boundary="inprocess", policy=policy, limits=Limits(timeout_s=10)) as engine:
         result = engine.run(CELLS[name])
         if policy == "trusted":
             assert result.status in ("ok", "error"), result.error
@@ -63,7 +63,7 @@ def test_results_equal_their_validated_dumps(policy: str, name: str) -> None:
 
 
 def test_int_subclass_sizes_become_ints() -> None:
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         result = engine.run(CELLS["int-subclass-sizes"])
     (table,) = [v for v in result.changes.created if v.name == "t"]
     assert table.shape == [3, 1] and type(table.shape[0]) is int and type(table.shape[1]) is int
@@ -72,12 +72,14 @@ def test_int_subclass_sizes_become_ints() -> None:
 
 @pytest.mark.parametrize("case", BAD_OUTPUTS, ids=kind_of)
 def test_bad_output_results_equal_their_validated_dumps(case: Any) -> None:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=BAD_OUTPUT_TIMEOUT_S)) as engine:
+    with ReplEngine(
+        boundary="inprocess", policy="trusted", limits=Limits(timeout_s=BAD_OUTPUT_TIMEOUT_S)
+    ) as engine:
         _check(engine.run(case.code))
 
 
 def test_timeout_and_blocked_results_equal_their_validated_dumps() -> None:
-    with ReplEngine(policy="strict", limits=Limits(timeout_s=0.3)) as engine:
+    with ReplEngine(boundary="inprocess", policy="strict", limits=Limits(timeout_s=0.3)) as engine:
         timed_out = engine.run("while True:\n    pass")
         blocked = engine.run("import os")
     assert timed_out.status == "timeout" and blocked.status == "blocked"
@@ -89,14 +91,14 @@ def test_a_session_name_given_as_a_str_subclass_is_held_as_a_str() -> None:
     class Name(str):
         pass
 
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         result = engine.run("x = 1", Name("conversation-1"))
     assert type(result.session) is str and result.session == "conversation-1"
     _check(result)
 
 
 def test_a_run_that_changes_nothing_reports_no_changes_and_one_that_does_reports_it() -> None:
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         engine.run("x = 1\ny = 2")
         same = engine.run("x = 1")  # small ints are cached: the name holds the very same object
         rebound = engine.run("x = 2\ndel y")

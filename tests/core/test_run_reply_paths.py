@@ -103,9 +103,9 @@ def previous_render(result: ExecutionResult, max_chars: int | None = None) -> st
 
 def engine_results() -> list[ExecutionResult]:
     results = []
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=0.3)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=0.3)) as engine:
         results += [engine.run(code, "s") for code in CODES]
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         results.append(engine.run("import os\nos.system('ls')\nopen('/etc/passwd')", "s"))
         results.append(engine.run("x = 1\nx._y", "s"))
     return results

@@ -63,7 +63,7 @@ def test_escape_controls_is_the_one_regex_rule_for_every_character() -> None:
 
 
 def test_captured_write_returns_what_was_written() -> None:
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         result = engine.run("import sys\nsys.stdout.write('\\udcff'), sys.stdout.buffer.write(b'\\xff')")
     assert (result.stdout, result.value) == ("\\udcff\\xff", "(1, 1)")
 

@@ -16,7 +16,7 @@ from genpark_repl_tools._watchdog import ExecutionTimeout
 
 @pytest.fixture
 def engine() -> ReplEngine:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=0.5)) as e:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=0.5)) as e:
         yield e
 
 
@@ -114,7 +114,7 @@ def test_negative_sleep_is_a_value_error(engine: ReplEngine) -> None:
 
 @pytest.mark.slow
 def test_c_level_call_is_stopped_late_and_says_so() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=0.05)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=0.05)) as engine:
         # One C call that blocks for 1.5 s whatever the machine's speed: acquiring a held lock with a
         # timeout. The stop can only land when it returns, at least 1.45 s late.
         result = engine.run(

@@ -67,7 +67,7 @@ CELLS = [
 @pytest.mark.parametrize("policy", POLICIES)
 def test_the_value_is_the_last_statements_when_it_is_an_expression(policy: str) -> None:
     wrong = []
-    with ReplEngine(policy=policy) as engine:
+    with ReplEngine(boundary="inprocess", policy=policy) as engine:
         for cell, value in CELLS:
             assert engine.run("a = 2\nb = 3").status == "ok"
             result = engine.run(cell)
@@ -98,7 +98,7 @@ def _interactive(before: str, last: str) -> tuple[str, str | None]:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_bare_name_last_reads_as_the_interactive_mode_reads_it(name: str) -> None:
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         for before in ["", "x = 1\n", "# note\n", f"{name} = 7\n"]:
             if _interactive(before, "pass")[0] == "error":
                 continue  # `if = 7`: not Python

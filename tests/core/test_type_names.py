@@ -9,7 +9,7 @@ from genpark_repl_tools import ReplEngine
 
 @pytest.mark.parametrize("policy", ["strict", "standard", "trusted"])
 def test_module_views_are_modules_in_results_and_listings(policy: str) -> None:
-    with ReplEngine(policy=policy) as engine:
+    with ReplEngine(boundary="inprocess", policy=policy) as engine:
         result = engine.run("import math\nmath")
         assert result.value_type == "module"
         (info,) = [v for v in engine.variables(include_hidden=True) if v.name == "math"]
@@ -19,7 +19,7 @@ def test_module_views_are_modules_in_results_and_listings(policy: str) -> None:
 
 
 def test_a_typo_gets_the_suggestion_without_the_define_it_first_hint() -> None:
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         engine.run("prices = [1, 2]")
         typo = engine.run("sum(price)")
         assert typo.error is not None

@@ -23,7 +23,7 @@ WRITE = (
 
 
 def test_langchain_toolkit_seeds_each_thread_and_lists_what_a_run_wrote() -> None:
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         toolkit = GenparkReplToolkit(engine=engine, files={"data.csv": CSV}, include_files=True)
         by_name = {t.name: t for t in toolkit.get_tools()}
         assert set(by_name) == {
@@ -63,7 +63,7 @@ def test_langchain_toolkit_seeds_each_thread_and_lists_what_a_run_wrote() -> Non
 
 
 def test_llamaindex_spec_seeds_the_session_and_reports_files_in_raw_output() -> None:
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         spec = GenparkReplToolSpec(engine, session="li", files={"data.csv": CSV}, include_files=True)
         by_name = {t.metadata.name: t for t in spec.to_tool_list()}
         assert set(by_name) == {
@@ -103,7 +103,7 @@ def test_cli_run_uploads_and_downloads(tmp_path: Path, monkeypatch: pytest.Monke
 def test_cli_repl_files_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data.csv").write_bytes(CSV)
-    engine = ReplEngine(policy="standard")
+    engine = ReplEngine(boundary="inprocess", policy="standard")
     lines = (
         ":upload data.csv\n:files\nwith open('out.txt', 'w') as f: f.write('hey')\n\n"
         ":download out.txt\n:download ../x\n"

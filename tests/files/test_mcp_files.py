@@ -84,4 +84,4 @@ def test_refusals_over_mcp() -> None:
         with pytest.raises(MCPError, match="FileNotFound"):
             await client.read_resource(FILE_URI.format(session_id=sid, name="missing.txt"))
 
-    serve(ReplEngine(policy="standard"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="standard"), scenario)

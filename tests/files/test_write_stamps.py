@@ -51,7 +51,7 @@ CHANGES = {
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[ReplEngine]:
-    with ReplEngine(policy="standard", limits=Limits(timeout_s=30)) as engine:
+    with ReplEngine(boundary="inprocess", policy="standard", limits=Limits(timeout_s=30)) as engine:
         yield engine
 
 
@@ -125,7 +125,7 @@ def test_a_host_upload_then_a_quiet_run(engine: ReplEngine) -> None:
 
 def test_trusted_sessions_are_looked_at_every_run(tmp_path: Path) -> None:
     """Trusted code writes without the hook: its workspace is looked at after every run."""
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         engine.upload("t", "seed.txt", b"x")
         ws = engine.boundary.session_workspace("t")
         assert ws is not None and engine.boundary.workspace_writes("t") is None

@@ -45,7 +45,7 @@ CLI_LINE = {"run_python": "{}", "list_variables": ":vars", "inspect_variable": "
 
 
 def new_engine() -> ReplEngine:
-    return ReplEngine(policy="standard")
+    return ReplEngine(boundary="inprocess", policy="standard")
 
 
 def failing_engine() -> ReplEngine:

@@ -13,7 +13,7 @@ from genpark_repl_tools import ReplEngine, tools
 
 @pytest.fixture
 def engine() -> Any:
-    with ReplEngine(policy="standard") as repl:
+    with ReplEngine(boundary="inprocess", policy="standard") as repl:
         yield repl
 
 

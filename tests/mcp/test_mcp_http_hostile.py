@@ -169,14 +169,18 @@ def test_hibernated_sessions_count_toward_the_client_limit(tmp_path: Path) -> No
         return True, str(result.structured_content["session_id"])
 
     handles: list[str] = []
-    with ReplEngine(policy="standard", store=open_store(spec), snapshot_key=key) as engine:
+    with ReplEngine(
+        boundary="inprocess", policy="standard", store=open_store(spec), snapshot_key=key
+    ) as engine:
         tools = _ReplTools(engine, max_sessions_per_client=2)
         for _ in range(2):
             ok, handle = anyio.run(run, tools, None)
             assert ok
             handles.append(handle)
     # The sessions sleep in the store (a restart, or hibernation); a new server holds none live.
-    with ReplEngine(policy="standard", store=open_store(spec), snapshot_key=key) as engine:
+    with ReplEngine(
+        boundary="inprocess", policy="standard", store=open_store(spec), snapshot_key=key
+    ) as engine:
         tools = _ReplTools(engine, max_sessions_per_client=2)
         ok, message = anyio.run(run, tools, None)
         assert not ok and "already has 2 sessions" in message

@@ -44,7 +44,7 @@ def check(progress: Progress, took_s: float, reply_text: str) -> None:
 
 
 def test_progress_in_process() -> None:
-    engine = ReplEngine(policy="trusted", limits=Limits(timeout_s=30))
+    engine = ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=30))
 
     async def main() -> None:
         with anyio.fail_after(BOUND_S):

@@ -101,7 +101,7 @@ def test_tools_are_listed_with_input_and_output_schemas() -> None:
         assert listed["reset_session"].annotations is not None
         assert listed["reset_session"].annotations.destructive_hint is True
 
-    serve(ReplEngine(policy="trusted", limits=Limits(timeout_s=2.5)), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=2.5)), scenario)
 
 
 def test_structured_output_matches_the_advertised_schema() -> None:
@@ -121,7 +121,7 @@ def test_structured_output_matches_the_advertised_schema() -> None:
         assert calls["inspect_variable"].structured_content is not None
         assert calls["inspect_variable"].structured_content["variable"]["len"] == 3
 
-    serve(ReplEngine(policy="trusted"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted"), scenario)
 
 
 # ---- running code ------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def test_session_id_is_generated_returned_and_reused() -> None:
         other = await client.call_tool("run_python", {"code": "x = 1"})
         assert RunOutput.model_validate(other.structured_content).session_id != data.session_id
 
-    serve(ReplEngine(policy="trusted"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted"), scenario)
 
 
 def test_an_error_in_the_code_is_an_error_result_with_its_telemetry() -> None:
@@ -160,7 +160,7 @@ def test_an_error_in_the_code_is_an_error_result_with_its_telemetry() -> None:
         assert data.result.error is not None
         assert data.result.error.line == 2
 
-    serve(ReplEngine(policy="trusted"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted"), scenario)
 
 
 def test_variables_inspect_and_reset() -> None:
@@ -186,7 +186,7 @@ def test_variables_inspect_and_reset() -> None:
         after = await client.call_tool("run_python", {"code": "'name' in dir()", "session_id": sid})
         assert RunOutput.model_validate(after.structured_content).result.value == "False"
 
-    serve(ReplEngine(policy="trusted"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted"), scenario)
 
 
 # ---- images ------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def test_unknown_tool_is_a_protocol_error_naming_the_tools() -> None:
         )
         assert not (await client.call_tool("run_python", {"code": "1"})).is_error
 
-    serve(ReplEngine(policy="trusted"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted"), scenario)
 
 
 @pytest.mark.parametrize(
@@ -294,7 +294,7 @@ def test_bad_arguments_say_what_is_expected(tool: str, arguments: dict[str, Any]
     async def scenario(client: Client) -> None:
         assert call_error(await client.call_tool(tool, arguments)) == expected
 
-    serve(ReplEngine(policy="trusted"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted"), scenario)
 
 
 @pytest.mark.parametrize(
@@ -314,7 +314,7 @@ def test_unknown_session_id_is_refused_by_every_tool(tool: str, extra: dict[str,
             "restarted). Call run_python without session_id to start a new session."
         )
 
-    serve(ReplEngine(policy="trusted"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted"), scenario)
 
 
 def test_unknown_variable_is_refused() -> None:
@@ -325,7 +325,7 @@ def test_unknown_variable_is_refused() -> None:
         assert result.is_error is True
         assert text_of(result) == "Not defined: 'b'. Defined: a."
 
-    serve(ReplEngine(policy="trusted"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted"), scenario)
 
 
 def test_huge_code_is_refused_before_it_runs() -> None:
@@ -339,7 +339,7 @@ def test_huge_code_is_refused_before_it_runs() -> None:
         )
         assert (await client.call_tool("run_python", {"code": "1 + 1"})).is_error is False
 
-    engine = ReplEngine(policy="trusted", limits=Limits(max_code_chars=200))
+    engine = ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(max_code_chars=200))
     serve(engine, scenario)
     assert engine.boundary.name == "inprocess"
 
@@ -354,7 +354,7 @@ def test_session_cap_is_reported() -> None:
             "1 sessions are live (Limits.max_sessions)"
         )
 
-    serve(ReplEngine(policy="trusted", limits=Limits(max_sessions=1)), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(max_sessions=1)), scenario)
 
 
 def test_a_slow_run_does_not_block_other_calls(tmp_path: Path) -> None:
@@ -385,14 +385,14 @@ def test_a_slow_run_does_not_block_other_calls(tmp_path: Path) -> None:
             group.start_soon(slow)
             group.start_soon(fast)
 
-    serve(ReplEngine(policy="trusted", limits=Limits(timeout_s=10)), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=10)), scenario)
     # Overlap is shown by the slow run returning its value; the order of the two replies is a race.
     assert sorted(order) == ["fast", "slow"]
 
 
 def test_a_session_the_boundary_closed_can_be_started_again() -> None:
     # The subprocess boundary closes idle sessions on its own; closing one by hand is the same event.
-    engine = ReplEngine(policy="trusted")
+    engine = ReplEngine(boundary="inprocess", policy="trusted")
 
     async def scenario(client: Client) -> None:
         run = await client.call_tool("run_python", {"code": "kept = 1"})
@@ -426,7 +426,7 @@ def test_a_policy_refusal_is_a_result_with_the_findings(preset: str) -> None:
         assert data.result.status == "blocked"
         assert [f.rule for f in data.result.findings] == ["import"]
 
-    serve(ReplEngine(policy=preset), scenario)
+    serve(ReplEngine(boundary="inprocess", policy=preset), scenario)
 
 
 @pytest.mark.parametrize(
@@ -526,7 +526,7 @@ def test_fork_session_copies_a_session_the_model_can_then_address(boundary: str)
 
 
 def test_fork_session_of_an_unknown_session_is_refused_and_changes_nothing() -> None:
-    engine = ReplEngine(policy="trusted")
+    engine = ReplEngine(boundary="inprocess", policy="trusted")
 
     async def scenario(client: Client) -> None:
         message = call_error(await client.call_tool("fork_session", {"session_id": "s-never-issued"}))
@@ -544,4 +544,4 @@ def test_fork_session_is_off_by_default() -> None:
         with pytest.raises(MCPError):
             await client.call_tool("fork_session", {"session_id": sid})
 
-    serve(ReplEngine(policy="trusted"), scenario)
+    serve(ReplEngine(boundary="inprocess", policy="trusted"), scenario)

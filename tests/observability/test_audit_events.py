@@ -19,7 +19,7 @@ def events() -> list[AuditEvent]:
 
 def test_static_audit_finding(events: list[AuditEvent]) -> None:
     code = "import os\nimport subprocess"
-    with ReplEngine(on_event=events.append) as engine:
+    with ReplEngine(boundary="inprocess", on_event=events.append) as engine:
         result = engine.run(code, "s", call_id="call_1")
     assert result.status == "blocked"
     assert [e.kind for e in events] == ["audit_finding", "audit_finding"]
@@ -38,7 +38,7 @@ def test_static_audit_finding(events: list[AuditEvent]) -> None:
 
 
 def test_runtime_guard(events: list[AuditEvent]) -> None:
-    with ReplEngine(on_event=events.append) as engine:
+    with ReplEngine(boundary="inprocess", on_event=events.append) as engine:
         result = engine.run("name = '_' + '_class__'\ngetattr(1, name)")
     assert result.error is not None and result.error.refused_by == "guard"
     [event] = events
@@ -48,7 +48,7 @@ def test_runtime_guard(events: list[AuditEvent]) -> None:
 
 
 def test_audit_hook(events: list[AuditEvent]) -> None:
-    with ReplEngine(on_event=events.append) as engine:
+    with ReplEngine(boundary="inprocess", on_event=events.append) as engine:
         result = engine.run("import pathlib\npathlib.Path('/etc/hostname').read_text()")
     assert result.error is not None and result.error.refused_by == "audit_hook"
     [event] = events
@@ -61,7 +61,7 @@ def test_a_refusal_the_code_wrapped_is_still_seen(events: list[AuditEvent]) -> N
         "try:\n    open('/etc/hostname')\n"
         "except OSError as exc:\n    raise RuntimeError('could not read') from exc"
     )
-    with ReplEngine(on_event=events.append) as engine:
+    with ReplEngine(boundary="inprocess", on_event=events.append) as engine:
         result = engine.run(code)
     assert result.error is not None and result.error.type == "RuntimeError"
     assert [(e.kind, e.error_type) for e in events] == [("runtime_guard", "RuntimeError")]
@@ -71,7 +71,7 @@ def test_a_policy_violation_raised_by_the_code_itself_is_no_refusal(events: list
     code = (
         "try:\n    open('/etc/hostname')\nexcept OSError as exc:\n    kind = type(exc)\nraise kind('made up')"
     )
-    with ReplEngine(on_event=events.append) as engine:
+    with ReplEngine(boundary="inprocess", on_event=events.append) as engine:
         result = engine.run(code)
     assert result.error is not None and result.error.type == "PolicyViolation"
     assert result.error.refused_by is None
@@ -79,7 +79,7 @@ def test_a_policy_violation_raised_by_the_code_itself_is_no_refusal(events: list
 
 
 def test_ordinary_errors_make_no_event(events: list[AuditEvent]) -> None:
-    with ReplEngine(on_event=events.append) as engine:
+    with ReplEngine(boundary="inprocess", on_event=events.append) as engine:
         engine.run("1 / 0")
         engine.run("x +")
         engine.run("x = 1")
@@ -112,7 +112,7 @@ def test_sandbox_denial(sub_engine: ReplEngine, code: str, error_type: str) -> N
 
 def test_os_permission_errors_in_process_are_not_sandbox_events(events: list[AuditEvent]) -> None:
     # In-process there is no sandbox of ours: an EACCES is the host's own file permissions.
-    with ReplEngine(policy="trusted", on_event=events.append) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", on_event=events.append) as engine:
         result = engine.run("raise PermissionError(13, 'Permission denied', '/some/file')")
     assert result.error is not None and result.error.refused_by == "os"
     assert events == []
@@ -120,9 +120,11 @@ def test_os_permission_errors_in_process_are_not_sandbox_events(events: list[Aud
 
 def test_jsonl_log_is_append_only_and_parseable(tmp_path: Path) -> None:
     log = tmp_path / "refusals.jsonl"
-    with ReplEngine(refusal_log=log) as engine:
+    with ReplEngine(boundary="inprocess", refusal_log=log) as engine:
         engine.run("import os", "a")
-    with ReplEngine(refusal_log=log) as engine:  # a second engine appends, it does not truncate
+    with ReplEngine(
+        boundary="inprocess", refusal_log=log
+    ) as engine:  # a second engine appends, it does not truncate
         engine.run("getattr(1, '_' + '_class__')", "b")
     lines = log.read_text().splitlines()
     assert len(lines) == 2
@@ -136,7 +138,10 @@ def test_a_failing_callback_is_logged_and_the_result_still_returned(caplog: pyte
     def broken(event: AuditEvent) -> None:
         raise RuntimeError("sink down")
 
-    with caplog.at_level(logging.ERROR, logger="genpark_repl_tools"), ReplEngine(on_event=broken) as engine:
+    with (
+        caplog.at_level(logging.ERROR, logger="genpark_repl_tools"),
+        ReplEngine(boundary="inprocess", on_event=broken) as engine,
+    ):
         result = engine.run("import os")
     assert result.status == "blocked"
     assert "a refusal event sink failed" in caplog.text and "sink down" in caplog.text
@@ -144,7 +149,7 @@ def test_a_failing_callback_is_logged_and_the_result_still_returned(caplog: pyte
 
 def test_on_event_must_be_callable() -> None:
     with pytest.raises(TypeError, match="on_event must be a callable"):
-        ReplEngine(on_event="events.log")  # type: ignore[arg-type]
+        ReplEngine(boundary="inprocess", on_event="events.log")  # type: ignore[arg-type]
 
 
 def test_the_log_file_is_closed_with_the_engine(tmp_path: Path) -> None:
@@ -156,7 +161,7 @@ def test_the_log_file_is_closed_with_the_engine(tmp_path: Path) -> None:
         fds = os.listdir("/proc/self/fd")
         return sum(1 for fd in fds if os.path.realpath(f"/proc/self/fd/{fd}") == str(log.resolve()))
 
-    engine = ReplEngine(refusal_log=log)
+    engine = ReplEngine(boundary="inprocess", refusal_log=log)
     assert open_on_log() == 1
     engine.close()
     assert open_on_log() == 0
@@ -165,7 +170,7 @@ def test_the_log_file_is_closed_with_the_engine(tmp_path: Path) -> None:
 def test_audit_log_is_the_deprecated_name_of_refusal_log(tmp_path: Path) -> None:
     log = tmp_path / "old.jsonl"
     with pytest.deprecated_call(match=r"audit_log=\.\.\.\) is deprecated: use refusal_log="):
-        engine = ReplEngine(audit_log=log)
+        engine = ReplEngine(boundary="inprocess", audit_log=log)
     with engine:
         engine.run("import os", "a")
     records = [AuditEvent.model_validate_json(line) for line in log.read_text().splitlines()]
@@ -174,7 +179,7 @@ def test_audit_log_is_the_deprecated_name_of_refusal_log(tmp_path: Path) -> None
 
 def test_audit_log_and_refusal_log_together_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="give refusal_log, not audit_log too"):
-        ReplEngine(refusal_log=tmp_path / "a.jsonl", audit_log=tmp_path / "b.jsonl")
+        ReplEngine(boundary="inprocess", refusal_log=tmp_path / "a.jsonl", audit_log=tmp_path / "b.jsonl")
     assert list(tmp_path.iterdir()) == []  # refused before either file was opened
 
 
@@ -192,7 +197,7 @@ def test_the_new_names_warn_nothing(tmp_path: Path) -> None:
     # pytest turns warnings into errors here: a warning from the new spelling would fail this test.
     log = JsonlRefusalLog(tmp_path / "direct.jsonl")
     log.close()
-    with ReplEngine(refusal_log=tmp_path / "r.jsonl"):
+    with ReplEngine(boundary="inprocess", refusal_log=tmp_path / "r.jsonl"):
         pass
     assert "JsonlAuditLog" not in observability.__all__
     assert "JsonlRefusalLog" in observability.__all__

@@ -18,7 +18,9 @@ while time.thread_time() < end:
 
 def test_call_budget_refuses_later_runs_and_touches_nothing() -> None:
     events: list[AuditEvent] = []
-    with ReplEngine(limits=Limits(max_session_calls=2), on_event=events.append) as engine:
+    with ReplEngine(
+        boundary="inprocess", limits=Limits(max_session_calls=2), on_event=events.append
+    ) as engine:
         assert engine.run("x = 1", "s").ok
         assert engine.run("x = 2", "s").ok
         refused = engine.run("x = 3", "s", call_id="call_3")
@@ -34,7 +36,7 @@ def test_call_budget_refuses_later_runs_and_touches_nothing() -> None:
 
 
 def test_the_model_reads_the_refusal_through_the_tool_layer() -> None:
-    with ReplEngine(limits=Limits(max_session_calls=1)) as engine:
+    with ReplEngine(boundary="inprocess", limits=Limits(max_session_calls=1)) as engine:
         run_python(engine, "x = 1", "s")
         reply = run_python(engine, "x = 2", "s")
     assert reply.is_error
@@ -43,7 +45,7 @@ def test_the_model_reads_the_refusal_through_the_tool_layer() -> None:
 
 
 def test_cpu_budget_is_checked_before_each_run() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(max_session_cpu_s=0.2)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(max_session_cpu_s=0.2)) as engine:
         first = engine.run(CPU_LOOP, "s")
         assert first.ok  # the run that crosses the line completes
         refused = engine.run("1 + 1", "s")
@@ -55,7 +57,7 @@ def test_cpu_budget_is_checked_before_each_run() -> None:
 
 
 def test_closing_a_session_resets_its_budget_but_reset_does_not() -> None:
-    with ReplEngine(limits=Limits(max_session_calls=1)) as engine:
+    with ReplEngine(boundary="inprocess", limits=Limits(max_session_calls=1)) as engine:
         engine.run("x = 1", "s")
         engine.reset("s")  # a model's reset_session must not buy it more runs
         assert engine.run("x = 1", "s").error.type == "BudgetExceeded"  # type: ignore[union-attr]
@@ -64,7 +66,7 @@ def test_closing_a_session_resets_its_budget_but_reset_does_not() -> None:
 
 
 def test_a_call_the_boundary_failed_gives_its_slot_back() -> None:
-    with ReplEngine(limits=Limits(max_session_calls=1, max_sessions=1)) as engine:
+    with ReplEngine(boundary="inprocess", limits=Limits(max_session_calls=1, max_sessions=1)) as engine:
         engine.run("x = 1", "a")
         from genpark_repl_tools import CapacityError
 
@@ -112,7 +114,7 @@ def restore_runner(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("restore_runner")
 def test_a_cpu_time_that_cannot_be_true_is_charged_the_deadline(lie: str) -> None:
     limits = Limits(timeout_s=1.5, max_session_cpu_s=3)
-    with ReplEngine(policy="trusted", limits=limits) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=limits) as engine:
         lied = engine.run(LIE_IN_PROCESS.format(value=LIES[lie]), "s")
         assert lied.ok, lied.to_observation()
         usage = engine.usage("s")
@@ -123,13 +125,15 @@ def test_a_cpu_time_that_cannot_be_true_is_charged_the_deadline(lie: str) -> Non
 
 @pytest.mark.usefixtures("restore_runner")
 def test_a_deadline_set_for_the_call_is_the_one_charged() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=1, max_session_cpu_s=100)) as engine:
+    with ReplEngine(
+        boundary="inprocess", policy="trusted", limits=Limits(timeout_s=1, max_session_cpu_s=100)
+    ) as engine:
         assert engine.run(LIE_IN_PROCESS.format(value="-5.0"), "s", timeout_s=7).ok
         assert engine.usage("s").cpu_s == 7
 
 
 def test_a_true_cpu_time_is_charged_as_reported() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(max_session_cpu_s=100)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(max_session_cpu_s=100)) as engine:
         result = engine.run(CPU_LOOP, "s")
         assert result.ok and result.usage.cpu_ms is not None and result.usage.cpu_ms >= 300
         usage = engine.usage("s")

@@ -26,7 +26,7 @@ ax.plot([1, 2, 3], [1, 4, 9])
 
 
 def test_history_keeps_each_run_with_its_result() -> None:
-    with ReplEngine(limits=KEEP) as engine:
+    with ReplEngine(boundary="inprocess", limits=KEEP) as engine:
         engine.run("x = 1", "s", call_id="c1")
         engine.run("print(x)\nx + 1", "s", call_id="c2")
         engine.reset("s")
@@ -46,14 +46,16 @@ def test_history_keeps_each_run_with_its_result() -> None:
 
 
 def test_history_is_bounded_by_cells() -> None:
-    with ReplEngine(limits=Limits(max_history_cells=3)) as engine:
+    with ReplEngine(boundary="inprocess", limits=Limits(max_history_cells=3)) as engine:
         for i in range(10):
             engine.run(f"x = {i}")
         assert [h.code for h in engine.history()] == ["x = 7", "x = 8", "x = 9"]
 
 
 def test_history_is_bounded_by_bytes() -> None:
-    with ReplEngine(limits=Limits(max_history_cells=100, max_history_bytes=10_000)) as engine:
+    with ReplEngine(
+        boundary="inprocess", limits=Limits(max_history_cells=100, max_history_bytes=10_000)
+    ) as engine:
         for i in range(10):
             engine.run(f"print('{i}' * 3000)")
         kept = engine.history()
@@ -62,7 +64,7 @@ def test_history_is_bounded_by_bytes() -> None:
 
 def test_history_is_off_by_default() -> None:
     assert Limits().max_history_cells == 0
-    with ReplEngine() as engine:
+    with ReplEngine(boundary="inprocess") as engine:
         engine.run("x = 1")
         engine.reset()
         assert engine.history() == []
@@ -70,7 +72,7 @@ def test_history_is_off_by_default() -> None:
 
 def test_a_run_larger_than_the_budget_is_kept_without_its_figures() -> None:
     limits = Limits(max_history_cells=100, max_history_bytes=10_000)
-    with ReplEngine(limits=limits) as engine:
+    with ReplEngine(boundary="inprocess", limits=limits) as engine:
         result = engine.run(FIGURE)
         assert len(result.attachments) == 1  # the caller still gets the figure
         [entry] = engine.history()
@@ -86,7 +88,7 @@ def _png_size(data_base64: str) -> tuple[int, int]:
 
 def test_export_notebook_validates_and_opens_with_its_images(tmp_path: Path) -> None:
     path = tmp_path / "session.ipynb"
-    with ReplEngine(limits=KEEP) as engine:
+    with ReplEngine(boundary="inprocess", limits=KEEP) as engine:
         engine.run("x = 41\nprint('hello')", "s", call_id="call_1")
         figure = engine.run(FIGURE, "s")
         engine.run("x + 1", "s")
@@ -134,7 +136,7 @@ def test_export_notebook_validates_and_opens_with_its_images(tmp_path: Path) -> 
 
 def test_the_exported_image_decodes_as_a_picture(tmp_path: Path) -> None:
     image_module = pytest.importorskip("matplotlib.image")
-    with ReplEngine(limits=KEEP) as engine:
+    with ReplEngine(boundary="inprocess", limits=KEEP) as engine:
         engine.run(FIGURE)
         nb = engine.export_notebook()
     [output] = [
@@ -148,7 +150,7 @@ def test_the_exported_image_decodes_as_a_picture(tmp_path: Path) -> None:
 
 
 def test_dropped_runs_are_said_in_the_header() -> None:
-    with ReplEngine(limits=Limits(max_history_cells=2)) as engine:
+    with ReplEngine(boundary="inprocess", limits=Limits(max_history_cells=2)) as engine:
         for i in range(5):
             engine.run(f"x = {i}")
         nb = engine.export_notebook()

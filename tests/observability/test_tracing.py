@@ -35,7 +35,7 @@ def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
 
 @pytest.fixture
 def engine(provider: TracerProvider) -> Iterator[ReplEngine]:
-    with ReplEngine(tracing=provider) as engine:
+    with ReplEngine(boundary="inprocess", tracing=provider) as engine:
         yield engine
 
 
@@ -121,14 +121,14 @@ def test_async_run_nests_under_the_awaiting_task_span(
 
 
 def test_a_budget_refusal_makes_no_span(provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
-    with ReplEngine(tracing=provider, limits=Limits(max_session_calls=1)) as engine:
+    with ReplEngine(boundary="inprocess", tracing=provider, limits=Limits(max_session_calls=1)) as engine:
         engine.run("x = 1")
         assert engine.run("x = 2").error.type == "BudgetExceeded"  # type: ignore[union-attr]
     assert len(exporter.get_finished_spans()) == 1
 
 
 def test_tracing_false_makes_no_span(provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
-    with ReplEngine(tracing=False) as engine:
+    with ReplEngine(boundary="inprocess", tracing=False) as engine:
         engine.run("x = 1")
     assert exporter.get_finished_spans() == ()
 

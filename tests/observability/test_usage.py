@@ -17,7 +17,7 @@ while time.thread_time() < end:
 
 
 def test_cpu_loop_reports_its_cpu_time_in_process() -> None:
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         result = engine.run(CPU_LOOP)
     assert result.status == "ok", result.to_observation()
     assert result.usage.cpu_ms is not None
@@ -69,7 +69,7 @@ def test_peak_memory_is_the_worker_high_water_mark(sub_engine: ReplEngine) -> No
 
 
 def test_session_usage_adds_up_its_runs() -> None:
-    with ReplEngine() as engine:
+    with ReplEngine(boundary="inprocess") as engine:
         results = [engine.run(code, "a") for code in ("x = 1", "x +", "import os", "x")]
         engine.run("z = 1", "b")
         usage = engine.usage("a")
@@ -101,7 +101,7 @@ def test_a_killed_worker_is_charged_its_wall_time() -> None:
 
 
 def test_accounts_of_sessions_the_boundary_dropped_are_pruned() -> None:
-    with ReplEngine(limits=Limits(max_history_cells=5)) as engine:
+    with ReplEngine(boundary="inprocess", limits=Limits(max_history_cells=5)) as engine:
         for i in range(1100):
             engine.run("x = 1", f"s{i}")
             if i < 1000:

@@ -92,20 +92,20 @@ def test_policies_round_trip_as_json() -> None:
 
 
 def test_the_engine_accepts_names_and_policies_and_defaults_to_standard(tmp_path: Path) -> None:
-    with ReplEngine() as engine:
+    with ReplEngine(boundary="inprocess") as engine:
         assert engine.policy == Policy.standard()
         assert engine.run("1 + 1").policy == "standard"
-    with ReplEngine(policy="strict") as engine:
+    with ReplEngine(boundary="inprocess", policy="strict") as engine:
         assert engine.run("1 + 1").policy == "strict"
     custom = Policy.strict().allow_imports("colorsys")
-    with ReplEngine(policy=custom) as engine:
+    with ReplEngine(boundary="inprocess", policy=custom) as engine:
         assert engine.policy is custom
         result = engine.run("import colorsys\ncolorsys.rgb_to_hsv(0, 0, 1)")
         assert (result.status, result.policy) == ("ok", "strict")
 
 
 def test_engine_audit_reports_without_running() -> None:
-    with ReplEngine(policy="strict") as engine:
+    with ReplEngine(boundary="inprocess", policy="strict") as engine:
         report = engine.audit("x = 1\nimport os\nx.__class__")
         assert isinstance(report, AuditReport)
         assert (report.policy, report.allowed) == ("strict", False)
@@ -116,7 +116,7 @@ def test_engine_audit_reports_without_running() -> None:
 
 
 def test_blocked_results_carry_their_findings() -> None:
-    with ReplEngine(policy="strict") as engine:
+    with ReplEngine(boundary="inprocess", policy="strict") as engine:
         result = engine.run("eval('1')")
         assert (result.status, result.policy) == ("blocked", "strict")
         assert result.error is not None and result.error.type == "PolicyViolation"

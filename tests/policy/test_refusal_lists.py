@@ -7,7 +7,7 @@ from genpark_repl_tools import Policy, ReplEngine
 
 def test_modules_that_are_not_installed_are_not_offered() -> None:
     policy = Policy.strict().allow_imports("genpark_not_installed_module")
-    with ReplEngine(policy=policy) as engine:
+    with ReplEngine(boundary="inprocess", policy=policy) as engine:
         result = engine.run("import socket")
     assert result.status == "blocked"
     message = result.findings[0].message
@@ -16,7 +16,7 @@ def test_modules_that_are_not_installed_are_not_offered() -> None:
 
 
 def test_the_closest_allowed_module_comes_first() -> None:
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         message = engine.run("import nump").findings[0].message
     assert message.startswith(
         "import of 'nump' is not allowed under policy 'standard'; allowed include: numpy, "

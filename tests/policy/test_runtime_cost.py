@@ -37,7 +37,7 @@ def _grown(work: Callable[[], None], *files: str) -> int:
 
 @pytest.mark.parametrize("policy", ["strict", "standard"])
 def test_runs_of_a_later_session_keep_nothing_per_run(policy: str) -> None:
-    with ReplEngine(policy=policy) as engine:
+    with ReplEngine(boundary="inprocess", policy=policy) as engine:
         for session in ("first", "second"):
             assert engine.run("x = 1", session=session).status == "ok"
 

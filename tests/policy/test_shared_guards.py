@@ -27,9 +27,13 @@ MAKE_CLASS = "K = type('K', (), {'a': 1})\nK.b = 2\nk = K()\nk.c = 3\nr = (K.a, 
 def engines(tmp_path: Path) -> Iterator[dict[str, ReplEngine]]:
     limits = Limits(timeout_s=10)
     made = {
-        "strict": ReplEngine(policy="strict", limits=limits),
-        "ws1": ReplEngine(policy=Policy.standard().with_workspace(tmp_path / "ws1"), limits=limits),
-        "ws2": ReplEngine(policy=Policy.standard().with_workspace(tmp_path / "ws2"), limits=limits),
+        "strict": ReplEngine(boundary="inprocess", policy="strict", limits=limits),
+        "ws1": ReplEngine(
+            boundary="inprocess", policy=Policy.standard().with_workspace(tmp_path / "ws1"), limits=limits
+        ),
+        "ws2": ReplEngine(
+            boundary="inprocess", policy=Policy.standard().with_workspace(tmp_path / "ws2"), limits=limits
+        ),
     }
     yield made
     for engine in made.values():

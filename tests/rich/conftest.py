@@ -32,7 +32,7 @@ def png_of() -> PngOf:
 @pytest.fixture
 def engine() -> Iterator[ReplEngine]:
     # Small renders keep the suite fast on a loaded machine; sizes below are computed from these.
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=20, figure_dpi=40)) as e:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=20, figure_dpi=40)) as e:
         yield e
 
 

@@ -73,7 +73,7 @@ def test_each_figure_is_a_png_of_the_requested_size(engine: ReplEngine, png_of: 
 
 
 def test_figure_dpi_sets_the_pixel_size() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(figure_dpi=50)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(figure_dpi=50)) as engine:
         result = engine.run("import matplotlib.pyplot as plt\nplt.figure(figsize=(2, 1))\nplt.plot([1, 2])")
     assert [(a.width, a.height) for a in result.attachments] == [(100, 50)]
 
@@ -109,7 +109,9 @@ def test_cells_run_on_the_headless_backend(engine: ReplEngine) -> None:
 
 
 def test_count_is_bounded_and_every_figure_is_closed() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(max_figures=2, figure_dpi=20)) as engine:
+    with ReplEngine(
+        boundary="inprocess", policy="trusted", limits=Limits(max_figures=2, figure_dpi=20)
+    ) as engine:
         result = engine.run(SEVEN_FIGURES)
         assert len(result.attachments) == 2
         assert result.notes == [
@@ -120,7 +122,7 @@ def test_count_is_bounded_and_every_figure_is_closed() -> None:
 
 
 def test_max_figures_zero_attaches_nothing_and_still_closes() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(max_figures=0)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(max_figures=0)) as engine:
         result = engine.run(SEVEN_FIGURES)
         assert (result.attachments, result.notes) == ([], [])
         assert engine.run("plt.get_fignums()").value == "[]"
@@ -128,7 +130,9 @@ def test_max_figures_zero_attaches_nothing_and_still_closes() -> None:
 
 def test_too_large_png_is_rerendered_smaller(png_of: PngOf) -> None:
     limit = 60_000
-    with ReplEngine(policy="trusted", limits=Limits(figure_dpi=100, max_figure_bytes=limit)) as engine:
+    with ReplEngine(
+        boundary="inprocess", policy="trusted", limits=Limits(figure_dpi=100, max_figure_bytes=limit)
+    ) as engine:
         result = engine.run(NOISE)
     (attachment,) = result.attachments
     data, width, height = png_of(attachment)
@@ -151,7 +155,7 @@ def test_png_that_stays_too_large_is_reported_not_attached(engine: ReplEngine) -
 
 
 def test_side_is_capped_whatever_the_figsize(png_of: PngOf) -> None:
-    with ReplEngine(policy="trusted", limits=Limits(figure_dpi=100)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(figure_dpi=100)) as engine:
         result = engine.run("import matplotlib.pyplot as plt\nplt.figure(figsize=(50, 2))\nplt.plot([1, 2])")
     (attachment,) = result.attachments
     _, width, height = png_of(attachment)
@@ -169,7 +173,7 @@ def test_a_broken_artist_is_reported_and_the_run_is_ok(engine: ReplEngine) -> No
 def test_no_figure_leaks_over_50_runs() -> None:
     import matplotlib.pyplot as plt
 
-    with ReplEngine(policy="trusted", limits=Limits(figure_dpi=20)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(figure_dpi=20)) as engine:
         engine.run("import gc, weakref\nimport matplotlib.pyplot as plt\nrefs = []")
         for i in range(50):
             # The trailing figure is also in pyplot's registry: attached once, not twice.

@@ -37,7 +37,7 @@ HEADER = "DataFrame: 1,000,000 rows x 3 columns\ncolumns: id int64, price float6
 
 @pytest.fixture
 def engine() -> Iterator[ReplEngine]:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=60)) as e:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=60)) as e:
         yield e
     pd.reset_option("display.max_rows")
     pd.reset_option("display.max_columns")
@@ -115,7 +115,7 @@ def test_small_dataframe_summary_shows_every_row(engine: ReplEngine) -> None:
 
 
 def test_summary_respects_a_small_limit() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(max_repr_chars=200)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(max_repr_chars=200)) as engine:
         value = engine.run("import numpy as np, pandas as pd\npd.DataFrame(np.ones((100, 30)))").value or ""
     assert value.startswith("DataFrame: 100 rows x 30 columns")
     assert value.endswith("more characters]")

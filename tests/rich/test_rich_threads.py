@@ -47,7 +47,7 @@ def _descriptions(result: ExecutionResult) -> list[str]:
 
 
 def test_two_sessions_drawing_at_once_keep_their_figures(barrier: threading.Barrier) -> None:
-    with ReplEngine(policy="trusted", limits=Limits(figure_dpi=20)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(figure_dpi=20)) as engine:
         for name in ("A", "B"):
             engine.run("import matplotlib.pyplot as plt", session=name)
         with ThreadPoolExecutor(2) as pool:
@@ -72,7 +72,7 @@ def test_many_sessions_many_runs_never_swap_figures() -> None:
         return out
 
     sessions = ["s0", "s1", "s2", "s3"]
-    with ReplEngine(policy="trusted", limits=Limits(figure_dpi=20)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(figure_dpi=20)) as engine:
         for s in sessions:
             engine.run("import matplotlib.pyplot as plt", session=s)
         with ThreadPoolExecutor(len(sessions)) as pool:

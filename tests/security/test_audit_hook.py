@@ -85,7 +85,7 @@ def test_the_host_is_unaffected_outside_restricted_code(engine: ReplEngine) -> N
 
 def test_other_threads_are_unaffected_while_restricted_code_runs() -> None:
     outcome: dict[str, object] = {}
-    with ReplEngine(policy="strict", limits=Limits(timeout_s=10)) as engine:
+    with ReplEngine(boundary="inprocess", policy="strict", limits=Limits(timeout_s=10)) as engine:
         done = threading.Event()
 
         def host_work() -> None:
@@ -118,7 +118,7 @@ def test_python_imports_allowed_modules_inside_restricted_code(engine: ReplEngin
 
 
 def test_restricted_functions_the_host_calls_later_are_still_refused() -> None:
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         session = "callback"
         ok(engine.run(LIBRARY_READS_OUTSIDE, session=session))
         leak = engine.boundary._sessions[session].namespace["leak"]  # type: ignore[attr-defined]

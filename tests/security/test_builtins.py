@@ -85,7 +85,7 @@ def test_the_refused_builtins_are_stubs_at_run_time(engine: ReplEngine) -> None:
 
 
 def test_open_is_refused_under_strict() -> None:
-    with ReplEngine(policy="strict") as engine:
+    with ReplEngine(boundary="inprocess", policy="strict") as engine:
         assert blocked(run(engine, OPEN_STRICT)) == (
             "builtin 'open' is not available under policy 'strict': no file access under this policy; "
             "use io.StringIO for text in memory (if 'open' is your own variable, rename it)"

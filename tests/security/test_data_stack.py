@@ -61,7 +61,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def standard(workspace: Path) -> Iterator[ReplEngine]:
-    with ReplEngine(policy=Policy.standard().with_workspace(workspace)) as e:
+    with ReplEngine(boundary="inprocess", policy=Policy.standard().with_workspace(workspace)) as e:
         yield e
 
 

@@ -66,5 +66,5 @@ def test_the_refusal_points_at_the_huge_part(engine: ReplEngine) -> None:
 
 def test_the_limits_are_policy_data() -> None:
     policy = Policy.strict().model_copy(update={"max_constant_bits": 4_000_000})
-    with ReplEngine(policy=policy) as engine:
+    with ReplEngine(boundary="inprocess", policy=policy) as engine:
         assert ok(run(engine, "big = 2**3_000_000\nbig.bit_length()")).value == "3000001"

@@ -51,7 +51,7 @@ def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def standard(workspace: Path) -> Iterator[ReplEngine]:
-    with ReplEngine(policy=Policy.standard().with_workspace(workspace)) as e:
+    with ReplEngine(boundary="inprocess", policy=Policy.standard().with_workspace(workspace)) as e:
         yield e
 
 
@@ -128,7 +128,7 @@ def test_files_inside_the_workspace_work(standard: ReplEngine, workspace: Path) 
 
 
 def test_the_default_workspace_is_a_temporary_directory_per_engine() -> None:
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         result = ok(engine.run("with open('a.txt', 'w') as f:\n    n = f.write('z')\nn"))
         assert result.value == "1"
         workspace = engine.boundary.session_workspace("default").path  # type: ignore[union-attr]
@@ -137,7 +137,7 @@ def test_the_default_workspace_is_a_temporary_directory_per_engine() -> None:
 
 
 def test_strict_has_no_files() -> None:
-    with ReplEngine(policy="strict") as engine:
+    with ReplEngine(boundary="inprocess", policy="strict") as engine:
         assert blocked(run(engine, READ_SECRET)).startswith(
             "builtin 'open' is not available under policy 'strict'"
         )

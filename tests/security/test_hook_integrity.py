@@ -146,7 +146,7 @@ def test_real_builtins_cannot_switch_the_hook_off(
 ) -> None:
     marker = tmp_path / "spawned"
     for policy in ("strict", "standard"):
-        with ReplEngine(policy=policy, limits=Limits(timeout_s=10)) as engine:
+        with ReplEngine(boundary="inprocess", policy=policy, limits=Limits(timeout_s=10)) as engine:
             ok(engine.run("x = 1", session="attacker"))
             namespace = engine.boundary._sessions["attacker"].namespace  # type: ignore[attr-defined]
             namespace["bi"] = builtins.__dict__  # the test-only back door
@@ -168,7 +168,7 @@ def test_real_builtins_cannot_switch_the_hook_off(
 def test_the_session_may_still_use_its_workspace_with_real_builtins(tmp_path: Any) -> None:
     from genpark_repl_tools import Policy
 
-    with ReplEngine(policy=Policy.standard().with_workspace(tmp_path)) as engine:
+    with ReplEngine(boundary="inprocess", policy=Policy.standard().with_workspace(tmp_path)) as engine:
         ok(engine.run("x = 1", session="s"))
         engine.boundary._sessions["s"].namespace["bi"] = builtins.__dict__  # type: ignore[attr-defined]
         path = os.path.join(str(tmp_path), "note.txt")

@@ -20,7 +20,7 @@ WRONG = Probe(
 
 
 def test_the_self_test_passes_here() -> None:
-    with ReplEngine(policy="strict") as engine:
+    with ReplEngine(boundary="inprocess", policy="strict") as engine:
         assert engine.run("1 + 1").value == "2"
     assert _audithook.self_test() == []
 
@@ -82,7 +82,7 @@ def test_a_failed_self_test_refuses_restricted_policies_and_leaves_trusted_runni
 def test_sandboxed_code_cannot_set_the_verdict() -> None:
     import builtins
 
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         engine.run("x = 1", session="s")
         engine.boundary._sessions["s"].namespace["bi"] = builtins.__dict__  # type: ignore[attr-defined]
         result = engine.run(

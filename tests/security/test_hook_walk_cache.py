@@ -31,7 +31,7 @@ _EXEC_REFUSED = r"running code built at run time"
 
 @pytest.fixture(params=["strict", "standard"])
 def engine(request: pytest.FixtureRequest) -> Iterator[ReplEngine]:
-    with ReplEngine(policy=request.param) as engine:
+    with ReplEngine(boundary="inprocess", policy=request.param) as engine:
         yield engine
 
 

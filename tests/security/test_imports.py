@@ -87,12 +87,12 @@ def test_withheld_names_are_refused_with_the_reason(engine: ReplEngine) -> None:
 
 
 def test_the_data_stack_is_refused_under_strict() -> None:
-    with ReplEngine(policy="strict") as engine:
+    with ReplEngine(boundary="inprocess", policy="strict") as engine:
         assert_import_refused(blocked(run(engine, "import numpy as np")), "numpy", "strict")
 
 
 def test_submodules_follow_their_own_rules() -> None:
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         assert blocked(run(engine, "import pandas.core.frame")).startswith(
             "import of 'pandas.core.frame' is not allowed under policy 'standard'; allowed from pandas: "
             "pandas.api"

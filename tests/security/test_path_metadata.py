@@ -79,19 +79,19 @@ def test_outside_an_execution_nothing_is_answered() -> None:
 
 @pytest.mark.parametrize("label", list(OUTSIDE))
 def test_path_metadata_outside_the_workspace_is_refused_in_a_session(label: str) -> None:
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         message = refusal(run(engine, "import pathlib\n" + OUTSIDE[label]))
     assert message.startswith("reading metadata of '"), message
 
 
 def test_host_directories_are_the_workspace_in_a_session(tmp_path: pathlib.Path) -> None:
-    with ReplEngine(policy=Policy.standard().with_workspace(tmp_path)) as engine:
+    with ReplEngine(boundary="inprocess", policy=Policy.standard().with_workspace(tmp_path)) as engine:
         value = ok(run(engine, HOST_DIRECTORIES)).value
     assert value == repr((str(tmp_path),) * 3)
 
 
 def test_metadata_inside_the_workspace_still_works_in_a_session(tmp_path: pathlib.Path) -> None:
-    with ReplEngine(policy=Policy.standard().with_workspace(tmp_path)) as engine:
+    with ReplEngine(boundary="inprocess", policy=Policy.standard().with_workspace(tmp_path)) as engine:
         code = (
             f"import pathlib\np = pathlib.Path({str(tmp_path / 'a.txt')!r})\n"
             "with open(p, 'w') as f:\n    f.write('xyz')\n(p.exists(), p.is_file(), p.stat().st_size)"
@@ -102,7 +102,7 @@ def test_metadata_inside_the_workspace_still_works_in_a_session(tmp_path: pathli
 def test_refusals_do_not_say_where_links_lead() -> None:
     pytest.importorskip("pandas")
     found: list[ExecutionResult] = []
-    with ReplEngine(policy="standard") as engine:
+    with ReplEngine(boundary="inprocess", policy="standard") as engine:
         # On a thread of its own, the cell's directory is that thread's: /proc/self/cwd (the main
         # thread's) is the host's directory.
         code = "import pandas as pd\npd.read_csv('/proc/self/cwd/data.csv')"

@@ -87,7 +87,7 @@ def _host_annotate() -> object:
 def test_annotationlib_runs_only_the_sessions_code_with_the_sessions_builtins(policy: str) -> None:
     import annotationlib  # type: ignore[import-not-found,unused-ignore]
 
-    with ReplEngine(policy=policy, limits=Limits(timeout_s=10)) as engine:
+    with ReplEngine(boundary="inprocess", policy=policy, limits=Limits(timeout_s=10)) as engine:
         ok(engine.run("x = 1", session="s"))
         namespace = engine.boundary._sessions["s"].namespace  # type: ignore[attr-defined]
         namespace["al"] = annotationlib  # the test-only back door

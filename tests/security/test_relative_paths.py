@@ -108,7 +108,7 @@ def test_a_symlink_out_of_the_workspace_is_refused(engine: ReplEngine, tmp_path:
 @pytest.fixture(scope="module")
 def inprocess() -> Iterator[ReplEngine]:
     pytest.importorskip("pandas")
-    with ReplEngine(policy="standard", limits=Limits(timeout_s=1)) as e:
+    with ReplEngine(boundary="inprocess", policy="standard", limits=Limits(timeout_s=1)) as e:
         yield e
 
 

@@ -16,7 +16,7 @@ from genpark_repl_tools import Limits, ReplEngine
 
 @pytest.fixture
 def engine() -> Iterator[ReplEngine]:
-    with ReplEngine(policy="standard", limits=Limits(timeout_s=30)) as engine:
+    with ReplEngine(boundary="inprocess", policy="standard", limits=Limits(timeout_s=30)) as engine:
         yield engine
 
 

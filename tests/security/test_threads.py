@@ -57,7 +57,7 @@ def test_restricted_policies_cannot_be_configured_with_threads() -> None:
 
 
 def test_trusted_code_may_start_threads() -> None:
-    with ReplEngine(policy="trusted", limits=Limits(timeout_s=5)) as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted", limits=Limits(timeout_s=5)) as engine:
         code = (
             "import threading\nout = []\nt = threading.Thread(target=out.append, "
             "args=(1,))\nt.start()\nt.join()\nout"
@@ -115,7 +115,7 @@ def test_a_library_may_start_a_thread_while_it_is_imported(policy: str, threadin
     """In-process (the worker could not read the module from a temporary directory); matplotlib below
     shows the same on both boundaries."""
     allowed = Policy.preset(policy).allow_imports(threading_library)
-    with ReplEngine(policy=allowed, limits=Limits(timeout_s=30)) as engine:
+    with ReplEngine(boundary="inprocess", policy=allowed, limits=Limits(timeout_s=30)) as engine:
         assert ok(engine.run(f"import {threading_library} as lib\nlib.ran")).value == "['at import']"
 
 
@@ -123,7 +123,7 @@ def test_a_library_may_start_a_thread_while_it_is_imported(policy: str, threadin
 @pytest.mark.parametrize("policy", ["strict", "standard"])
 def test_a_session_cannot_ask_a_library_for_a_thread(policy: str, threading_library: str) -> None:
     allowed = Policy.preset(policy).allow_imports(threading_library)
-    with ReplEngine(policy=allowed, limits=Limits(timeout_s=30)) as engine:
+    with ReplEngine(boundary="inprocess", policy=allowed, limits=Limits(timeout_s=30)) as engine:
         result = engine.run(f"import {threading_library} as lib\nlib.start(print)")
     assert result.error is not None and result.error.type == "PolicyViolation", result.to_observation()
     assert result.error.message.startswith("starting threads (_thread.start_"), result.error.message

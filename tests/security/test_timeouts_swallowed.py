@@ -42,7 +42,7 @@ HANDLER_IN_REPR = (
 
 @pytest.fixture(scope="module", params=["strict", "standard"])
 def quick(request: pytest.FixtureRequest) -> Iterator[ReplEngine]:
-    with ReplEngine(policy=request.param, limits=Limits(timeout_s=TIMEOUT_S)) as e:
+    with ReplEngine(boundary="inprocess", policy=request.param, limits=Limits(timeout_s=TIMEOUT_S)) as e:
         yield e
 
 
