@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from ._format import SessionSnapshot, SnapshotAuthError, SnapshotError, SnapshotRefused, read_manifest
+from ._format import (
+    SessionSnapshot,
+    SnapshotAuthError,
+    SnapshotError,
+    SnapshotRefused,
+    SnapshotTooLarge,
+    read_manifest,
+)
 from ._load import restore_snapshot
 from ._save import take_snapshot
 
@@ -11,6 +18,7 @@ __all__ = [
     "SnapshotAuthError",
     "SnapshotError",
     "SnapshotRefused",
+    "SnapshotTooLarge",
     "read_manifest",
     "restore_snapshot",
     "take_snapshot",

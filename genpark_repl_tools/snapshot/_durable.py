@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from .._boundary import BaseBoundary, ExecutionRequest
 from .._models import ExecutionResult, SessionRestore
-from ..stores._base import SessionBusy
-from ._format import SessionSnapshot, SnapshotError
+from ..stores._base import EntryTooLarge, SessionBusy
+from ._format import SessionSnapshot, SnapshotError, SnapshotTooLarge, snapshot_limit
 
 if TYPE_CHECKING:
     from ..stores import SessionStore
@@ -115,7 +115,7 @@ class Durability:
 
     def _restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
         if not isinstance(snapshot, SessionSnapshot):
-            snapshot = SessionSnapshot.from_bytes(snapshot)
+            snapshot = SessionSnapshot.from_bytes(snapshot, snapshot_limit(self.boundary.limits))
         return self.boundary.restore_session(name, snapshot, self.key)
 
     # ---- with a store -----------------------------------------------------------------------------
@@ -162,7 +162,10 @@ class Durability:
     def _save(self, name: str) -> None:
         """Write the session's state to the store (caller holds its lease)."""
         assert self.store is not None
-        entry = self.store.put(name, self.snapshot(name).to_bytes())
+        try:
+            entry = self.store.put(name, self.snapshot(name).to_bytes())
+        except EntryTooLarge as exc:  # like a snapshot over the engine's limit: the run says so
+            raise SnapshotTooLarge(str(exc)) from None
         self._versions[name] = entry.version
         self._unsaved.discard(name)
         self._pending.discard(name)

@@ -6,7 +6,10 @@
     u32  buffer count, then per buffer: u64 length, bytes (protocol-5 out-of-band buffers)
     32 bytes HMAC-SHA256 over everything before it
 
-Nothing in a blob is parsed beyond these lengths before its HMAC has been checked (constant-time).
+Nothing in a blob is parsed beyond these lengths before its HMAC has been checked (constant-time),
+and reading it allocates in proportion to its bytes: the buffer table is split only when a restore
+asks for a buffer (`BufferTable`), so a declared count costs nothing. Every blob is bounded in size
+(`max_bytes`, by default `MAX_SNAPSHOT_BYTES`) where it is read, made and assembled from parts.
 """
 
 from __future__ import annotations
@@ -15,18 +18,24 @@ import hashlib
 import hmac
 import json
 import struct
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._exceptions import ReplError
 from .._models import SnapshotManifest
 
 __all__ = [
+    "MAX_SNAPSHOT_BYTES",
+    "BufferTable",
     "SessionSnapshot",
     "SnapshotAuthError",
     "SnapshotError",
+    "SnapshotParts",
     "SnapshotRefused",
+    "SnapshotTooLarge",
     "read_manifest",
+    "snapshot_limit",
 ]
 
 MAGIC = b"GPRSNAP1"
@@ -36,6 +45,20 @@ SANDBOXED_ORIGIN = "sandboxed-worker"
 _MAC_SIZE = 32
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+# The largest snapshot made, read, assembled from a worker's parts or restored, unless the engine's
+# Limits say otherwise (max_snapshot_bytes). What the host accepts from a worker it holds in memory,
+# so this is also what a worker can make the host hold.
+MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
+
+
+def snapshot_limit(limits: Any) -> int | None:
+    """The snapshot size limit in force: Limits.max_snapshot_bytes where Limits has it, else the default."""
+    limit = getattr(limits, "max_snapshot_bytes", MAX_SNAPSHOT_BYTES)
+    return None if limit is None else int(limit)
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:,.1f} MB"
 
 
 class SnapshotError(ReplError):
@@ -44,6 +67,11 @@ class SnapshotError(ReplError):
 
 class SnapshotAuthError(SnapshotError):
     """The blob failed authentication: altered, truncated, or signed with another key. Never loaded."""
+
+
+class SnapshotTooLarge(SnapshotError):
+    """The snapshot is larger than the limit in force (`Limits.max_snapshot_bytes`, a store's
+    `max_entry_bytes`); it was not made, read or kept."""
 
 
 class SnapshotRefused(SnapshotError):
@@ -65,7 +93,7 @@ class SessionSnapshot:
 
     __slots__ = ("_manifest", "buffers", "header", "mac", "payload")
 
-    def __init__(self, header: bytes, payload: bytes, buffers: list[bytes], mac: bytes) -> None:
+    def __init__(self, header: bytes, payload: bytes, buffers: Sequence[Any], mac: bytes) -> None:
         self.header = header
         self.payload = payload
         self.buffers = buffers
@@ -74,8 +102,10 @@ class SessionSnapshot:
 
     @classmethod
     def sign(
-        cls, header: dict[str, Any], payload: bytes, buffers: list[bytes], key: bytes
+        cls, header: dict[str, Any], payload: bytes, buffers: Sequence[Any], key: bytes
     ) -> SessionSnapshot:
+        """A snapshot of these sections signed with `key`. `buffers` may be another snapshot's
+        `BufferTable`: its bytes are kept as they are, never split (a worker's blob, signed here)."""
         raw = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
         snapshot = cls(raw, payload, buffers, b"")
         # An empty key makes an unsigned snapshot (a sandboxed worker's: the host signs what it
@@ -129,14 +159,18 @@ class SessionSnapshot:
 
     # ---- bytes ----------------------------------------------------------------------------------
 
-    def _sections(self) -> Iterator[bytes]:
+    def _sections(self) -> Iterator[bytes | memoryview]:
         yield MAGIC
         yield _U32.pack(len(self.header))
         yield self.header
         yield _U64.pack(len(self.payload))
         yield self.payload
-        yield _U32.pack(len(self.buffers))
-        for buffer in self.buffers:
+        buffers = self.buffers
+        if isinstance(buffers, BufferTable):
+            yield buffers.raw
+            return
+        yield _U32.pack(len(buffers))
+        for buffer in buffers:
             yield _U64.pack(len(buffer))
             yield buffer
 
@@ -144,14 +178,23 @@ class SessionSnapshot:
         return b"".join([*self._sections(), self.mac])
 
     @classmethod
-    def from_bytes(cls, blob: bytes | bytearray | memoryview) -> SessionSnapshot:
+    def from_bytes(
+        cls, blob: bytes | bytearray | memoryview, max_bytes: int | None = MAX_SNAPSHOT_BYTES
+    ) -> SessionSnapshot:
         """Split a blob into its sections (no parsing, no authentication: `restore` does that).
 
-        Buffers come back writable (slices of one bytearray) so restored arrays are writable.
+        Refuses a blob over `max_bytes` (None: no limit) before copying it. The buffers are a
+        `BufferTable` over one writable copy of the blob, so restored arrays are writable.
         """
+        if max_bytes is not None and len(blob) > max_bytes:
+            raise SnapshotTooLarge(
+                f"the snapshot is {_mb(len(blob))}, over the limit of {_mb(max_bytes)} "
+                "(Limits.max_snapshot_bytes); it was not loaded"
+            )
         data = memoryview(bytearray(blob))
+        end = len(data) - _MAC_SIZE
         try:
-            if bytes(data[: len(MAGIC)]) != MAGIC:
+            if end < len(MAGIC) or bytes(data[: len(MAGIC)]) != MAGIC:
                 raise SnapshotAuthError("not a session snapshot (bad magic bytes); it was not loaded")
             at = len(MAGIC)
             (size,) = _U32.unpack_from(data, at)
@@ -160,24 +203,95 @@ class SessionSnapshot:
             at += size
             (size,) = _U64.unpack_from(data, at)
             at += _U64.size
+            if at + size > end:
+                raise struct.error
             payload = bytes(data[at : at + size])
             at += size
-            (count,) = _U32.unpack_from(data, at)
-            at += _U32.size
-            buffers: list[Any] = []
-            for _ in range(count):
-                (size,) = _U64.unpack_from(data, at)
-                at += _U64.size
-                buffers.append(data[at : at + size])
-                at += size
-            mac = bytes(data[at:])
+            buffers = BufferTable(data[at:end])
         except struct.error:
             raise SnapshotAuthError("the snapshot is truncated; it was not loaded") from None
-        if len(mac) != _MAC_SIZE or len(header) + len(payload) > len(data):
-            raise SnapshotAuthError("the snapshot is truncated or has trailing bytes; it was not loaded")
-        return cls(header, payload, buffers, mac)
+        return cls(header, payload, buffers, bytes(data[end:]))
 
 
-def read_manifest(blob: bytes) -> SnapshotManifest:
+class BufferTable(Sequence[memoryview]):
+    """A blob's out-of-band buffers, split on demand: `u32 count`, then `u64 length, bytes` each.
+
+    The count is only a claim until the blob is authenticated, so nothing is made per declared
+    buffer: a buffer's place is found when it is asked for, walking the table that far once, and
+    kept in an array (8 bytes a buffer, as many as the table's own bytes allow). A table that does
+    not hold what it declares raises SnapshotError where it falls short.
+    """
+
+    __slots__ = ("_count", "_next", "_starts", "raw")
+
+    def __init__(self, raw: memoryview) -> None:
+        (count,) = _U32.unpack_from(raw, 0)
+        if count * _U64.size > len(raw) - _U32.size:
+            raise SnapshotAuthError("the snapshot's buffer table is truncated; it was not loaded")
+        self.raw = raw
+        self._count: int = count
+        self._starts = array("Q")  # where each buffer found so far starts
+        self._next = _U32.size  # where the next buffer's length is
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError("buffer index out of range")
+        raw, starts = self.raw, self._starts
+        while len(starts) <= index:
+            at = self._next
+            if at + _U64.size > len(raw):
+                raise SnapshotError("the snapshot's buffer table is malformed; it was not loaded")
+            (size,) = _U64.unpack_from(raw, at)
+            at += _U64.size
+            if size > len(raw) - at:
+                raise SnapshotError("the snapshot's buffer table is malformed; it was not loaded")
+            starts.append(at)
+            self._next = at + size
+        start = starts[index]
+        (size,) = _U64.unpack_from(raw, start - _U64.size)
+        return raw[start : start + size]
+
+
+class SnapshotParts:
+    """A snapshot that arrives in parts (a worker's SNAPSHOT_PART frames, then its last one),
+    bounded by `max_bytes` as it arrives: the part that passes the limit raises SnapshotTooLarge
+    and everything held so far is dropped, so a peer that keeps sending makes the host hold at most
+    the limit. The parts are joined once, at the end."""
+
+    __slots__ = ("_parts", "max_bytes", "size")
+
+    def __init__(self, max_bytes: int | None = MAX_SNAPSHOT_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, part: bytes) -> None:
+        self.size += len(part)
+        if self.max_bytes is not None and self.size > self.max_bytes:
+            self._parts.clear()
+            raise SnapshotTooLarge(
+                f"the worker sent a snapshot of more than {_mb(self.max_bytes)}, the limit "
+                "(Limits.max_snapshot_bytes)"
+            )
+        self._parts.append(part)
+
+    def finish(self, last: bytes) -> bytes:
+        """The whole blob, `last` being its final part."""
+        self.add(last)
+        if len(self._parts) == 1:
+            return self._parts.pop()
+        blob = b"".join(self._parts)
+        self._parts.clear()
+        return blob
+
+
+def read_manifest(blob: bytes, max_bytes: int | None = MAX_SNAPSHOT_BYTES) -> SnapshotManifest:
     """The manifest of a stored blob, unauthenticated (for listings and `show`)."""
-    return SessionSnapshot.from_bytes(blob).manifest
+    return SessionSnapshot.from_bytes(blob, max_bytes).manifest

@@ -18,7 +18,7 @@ import pickle
 import pickletools
 import platform
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import CellType, CodeType, FunctionType
 from typing import Any
 
@@ -43,9 +43,10 @@ _FUNCTION_DICT_DUNDERS = frozenset({"__wrapped__"})
 
 
 class _Buffers:
-    """Out-of-band buffers, consumed in order; repositioned when a record fails."""
+    """Out-of-band buffers, consumed in order; repositioned when a record fails. Each is taken
+    from the snapshot's table only when the pickle asks for it."""
 
-    def __init__(self, buffers: list[Any]) -> None:
+    def __init__(self, buffers: Sequence[Any]) -> None:
         self.buffers = buffers
         self.at = 0
 
@@ -334,7 +335,7 @@ def _load(
         except (PolicyViolation, ImportError, AttributeError) as exc:
             failed[name] = f"import {module} is not possible here: {exc}"[:300]
     payload = io.BytesIO(snapshot.payload)
-    buffers = _Buffers(list(snapshot.buffers))
+    buffers = _Buffers(snapshot.buffers)
     unpickler: Any = _Unpickler(payload, buffers, rebuilder)
     records = header["records"]
     for index, (name, offset, _length, first_buffer, _count) in enumerate(records):
@@ -344,7 +345,7 @@ def _load(
             # bound at once: a class body rebuilt by a later record may use it
             session.namespace[name] = unpickler.load()
             restored.append(name)
-        except (SnapshotRefused, ExecutionTimeout):
+        except (SnapshotError, ExecutionTimeout):  # refused, or a malformed buffer table
             raise
         except PolicyViolation as exc:
             raise SnapshotRefused(

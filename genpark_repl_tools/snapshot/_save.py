@@ -33,7 +33,7 @@ from ..policy._runtime import PolicyRuntime
 from . import _markers as markers
 from ._admit import SessionScope
 from ._cells import cell_codes
-from ._format import FORMAT, SessionSnapshot, SnapshotError
+from ._format import FORMAT, SessionSnapshot, SnapshotError, SnapshotTooLarge, snapshot_limit
 
 __all__ = ["take_snapshot"]
 
@@ -318,6 +318,16 @@ def take_snapshot(session: Session, runtime: PolicyRuntime, limits: Limits, key:
         snapshot: SessionSnapshot = call_guarded(runtime, timeout, _save, session, runtime, key)
     except ExecutionTimeout:
         raise SnapshotError(f"taking the snapshot took longer than {timeout:g} s") from None
+    limit = snapshot_limit(limits)
+    size = snapshot.size_bytes
+    if limit is not None and size > limit:
+        largest = sorted(snapshot.manifest.saved, key=lambda v: -v.bytes)[:3]
+        names = ", ".join(f"{v.name} ({v.bytes / 1e6:,.1f} MB)" for v in largest)
+        raise SnapshotTooLarge(
+            f"the session's snapshot would be {size / 1e6:,.1f} MB, over the limit of {limit / 1e6:,.1f} MB "
+            f"(Limits.max_snapshot_bytes); the largest variables: {names or 'none'}. Delete what is not "
+            "needed (del name) to make it fit"
+        )
     return snapshot
 
 

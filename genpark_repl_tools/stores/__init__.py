@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._base import Lease, SessionBusy, SessionStore, StoredSnapshot, StoreEntry, StoreError
+from ._base import EntryTooLarge, Lease, SessionBusy, SessionStore, StoredSnapshot, StoreEntry, StoreError
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from .redis import RedisStore
 
 __all__ = [
+    "EntryTooLarge",
     "Lease",
     "RedisStore",
     "SQLiteStore",

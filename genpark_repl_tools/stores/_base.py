@@ -5,7 +5,10 @@
     └── RedisStore          many processes or hosts                    (genpark_repl_tools.stores.redis)
 
 A store keeps opaque, already-authenticated blobs (`SessionSnapshot.to_bytes()`); it never parses
-them. A lease says which process runs a session now: `acquire` waits up to `wait_s` and then raises
+them. Each is bounded by the store's `max_entry_bytes`, on `put` and, before the blob is read, on
+`get`: a store written by another program, or corrupted, cannot make a reader hold more.
+
+A lease says which process runs a session now: `acquire` waits up to `wait_s` and then raises
 `SessionBusy`; a lease expires `ttl_s` after it was taken or last renewed, so a crashed holder
 never blocks a session for good. `hold()` keeps a lease renewed while work runs.
 """
@@ -22,11 +25,29 @@ from types import TracebackType
 
 from .._exceptions import ReplError
 
-__all__ = ["Lease", "SessionBusy", "SessionStore", "StoreEntry", "StoreError", "StoredSnapshot"]
+__all__ = [
+    "MAX_ENTRY_BYTES",
+    "EntryTooLarge",
+    "Lease",
+    "SessionBusy",
+    "SessionStore",
+    "StoreEntry",
+    "StoreError",
+    "StoredSnapshot",
+]
+
+# The largest blob a store takes or hands back unless it is told otherwise (max_entry_bytes): the
+# engine's own snapshot limit's default (snapshot/_format.py).
+MAX_ENTRY_BYTES = 128 * 1024 * 1024
 
 
 class StoreError(ReplError, RuntimeError):
     """The store failed (unreachable, corrupt, closed)."""
+
+
+class EntryTooLarge(StoreError):
+    """A snapshot larger than the store's `max_entry_bytes`: not written (the stored one stays), or
+    not read."""
 
 
 class SessionBusy(StoreError):
@@ -70,6 +91,33 @@ def lease_times(store: SessionStore, ttl_s: float | None, wait_s: float | None) 
     return ttl, wait
 
 
+def entry_limit(value: int | None) -> int | None:
+    if value is not None and not (isinstance(value, int) and value > 0):
+        raise ValueError(f"max_entry_bytes must be a positive number of bytes or None, got {value!r}")
+    return value
+
+
+def check_size(store: SessionStore, session: str, size: int, *, writing: bool) -> None:
+    """Raise EntryTooLarge if `size` is over the store's limit."""
+    limit = store.max_entry_bytes
+    if limit is None or size <= limit:
+        return
+    if writing:
+        raise EntryTooLarge(
+            f"the snapshot of session {session!r} is {size / 1e6:,.1f} MB, over this store's "
+            f"max_entry_bytes of {limit / 1e6:,.1f} MB; it was not saved (the stored one is unchanged)"
+        )
+    raise EntryTooLarge(
+        f"the stored snapshot of session {session!r} is {size / 1e6:,.1f} MB, over this store's "
+        f"max_entry_bytes of {limit / 1e6:,.1f} MB; it was not read. Open the store with a larger "
+        "max_entry_bytes to read it, or delete it"
+    )
+
+
+def corrupt(session: str, what: str) -> StoreError:
+    return StoreError(f"the stored entry of session {session!r} is corrupt ({what}); it was not read")
+
+
 def busy(session: str, wait_s: float) -> SessionBusy:
     return SessionBusy(
         f"session {session!r} is busy in another process (it holds the session's lease); "
@@ -87,16 +135,19 @@ class SessionStore(ABC):
 
     lease_ttl_s: float = 30.0  # a lease not renewed for this long expires (a crashed holder)
     lease_wait_s: float = 10.0  # how long acquire() waits for another holder before SessionBusy
+    max_entry_bytes: int | None = MAX_ENTRY_BYTES  # the largest blob put or get handles (None: any)
 
     # ---- snapshots ------------------------------------------------------------------------------
 
     @abstractmethod
     def put(self, session: str, data: bytes) -> StoreEntry:
-        """Replace the session's snapshot atomically; returns the new entry (version + 1)."""
+        """Replace the session's snapshot atomically; returns the new entry (version + 1).
+        EntryTooLarge (nothing written) if `data` is over `max_entry_bytes`."""
 
     @abstractmethod
     def get(self, session: str) -> StoredSnapshot | None:
-        """The session's snapshot, or None."""
+        """The session's snapshot, or None. EntryTooLarge, before the blob is read, if it is over
+        `max_entry_bytes`; StoreError if the entry is corrupt."""
 
     @abstractmethod
     def info(self, session: str) -> StoreEntry | None:

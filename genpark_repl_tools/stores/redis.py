@@ -12,7 +12,20 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._exceptions import MissingDependency
-from ._base import Lease, SessionStore, StoredSnapshot, StoreEntry, StoreError, busy, lease_times, new_token
+from ._base import (
+    MAX_ENTRY_BYTES,
+    Lease,
+    SessionStore,
+    StoredSnapshot,
+    StoreEntry,
+    StoreError,
+    busy,
+    check_size,
+    corrupt,
+    entry_limit,
+    lease_times,
+    new_token,
+)
 
 __all__ = ["RedisStore"]
 
@@ -57,9 +70,11 @@ class RedisStore(SessionStore):
         lease_ttl_s: float = 30.0,
         lease_wait_s: float = 10.0,
         client: Any = None,
+        max_entry_bytes: int | None = MAX_ENTRY_BYTES,
     ) -> None:
         redis = _redis()
         self.lease_ttl_s, self.lease_wait_s = lease_ttl_s, lease_wait_s
+        self.max_entry_bytes = entry_limit(max_entry_bytes)
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError,)
         self.url = url
         self.prefix = prefix
@@ -90,6 +105,7 @@ class RedisStore(SessionStore):
     # ---- snapshots ------------------------------------------------------------------------------
 
     def put(self, session: str, data: bytes) -> StoreEntry:
+        check_size(self, session, len(data), writing=True)
         now = time.time()
         key = self._key("snap", session)
         with self._mapped():
@@ -101,10 +117,15 @@ class RedisStore(SessionStore):
         return StoreEntry(session, int(version), len(data), now)
 
     def get(self, session: str) -> StoredSnapshot | None:
+        key = self._key("snap", session)
         with self._mapped():
-            values = self._client.hmget(self._key("snap", session), "version", "size", "saved_at", "data")
+            size = int(self._client.hstrlen(key, "data"))
+            check_size(self, session, size, writing=False)  # before the blob is sent
+            values = self._client.hmget(key, "version", "size", "saved_at", "data")
         if values[0] is None or values[3] is None:
             return None
+        # a put between the two reads may have replaced the blob
+        check_size(self, session, len(values[3]), writing=False)
         return StoredSnapshot(_entry(session, values), bytes(values[3]))
 
     def info(self, session: str) -> StoreEntry | None:
@@ -164,4 +185,7 @@ class RedisStore(SessionStore):
 
 
 def _entry(session: str, values: list[Any]) -> StoreEntry:
-    return StoreEntry(session, int(values[0]), int(values[1] or 0), float(values[2] or 0.0))
+    try:
+        return StoreEntry(session, int(values[0]), int(values[1] or 0), float(values[2] or 0.0))
+    except (TypeError, ValueError):
+        raise corrupt(session, "its version, size or save time is not a number") from None

@@ -9,8 +9,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from ._base import Lease, SessionStore, StoredSnapshot, StoreEntry, StoreError, busy, lease_times, new_token
+from ._base import (
+    MAX_ENTRY_BYTES,
+    Lease,
+    SessionStore,
+    StoredSnapshot,
+    StoreEntry,
+    StoreError,
+    busy,
+    check_size,
+    corrupt,
+    entry_limit,
+    lease_times,
+    new_token,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -49,9 +63,11 @@ class SQLiteStore(SessionStore):
         timeout_s: float = 10.0,
         lease_ttl_s: float = 30.0,
         lease_wait_s: float = 10.0,
+        max_entry_bytes: int | None = MAX_ENTRY_BYTES,
     ) -> None:
         self.path = Path(path)
         self.lease_ttl_s, self.lease_wait_s = lease_ttl_s, lease_wait_s
+        self.max_entry_bytes = entry_limit(max_entry_bytes)
         self._lock = threading.Lock()
         try:
             self._db: sqlite3.Connection | None = sqlite3.connect(
@@ -65,7 +81,7 @@ class SQLiteStore(SessionStore):
 
     @classmethod
     @contextmanager
-    def from_path(cls, path: str | os.PathLike[str], **options: float) -> Iterator[SQLiteStore]:
+    def from_path(cls, path: str | os.PathLike[str], **options: Any) -> Iterator[SQLiteStore]:
         """A store for the block; closed at its end."""
         store = cls(path, **options)
         try:
@@ -93,6 +109,7 @@ class SQLiteStore(SessionStore):
     # ---- snapshots ------------------------------------------------------------------------------
 
     def put(self, session: str, data: bytes) -> StoreEntry:
+        check_size(self, session, len(data), writing=True)
         now = time.time()
         with self._tx(immediate=True) as db:
             row = db.execute(
@@ -104,27 +121,32 @@ class SQLiteStore(SessionStore):
         return StoreEntry(session, int(row[0]), len(data), now)
 
     def get(self, session: str) -> StoredSnapshot | None:
-        with self._tx() as db:
+        with self._tx() as db:  # one read transaction: the blob measured is the blob read
             row = db.execute(
-                "SELECT version, size, saved_at, data FROM sessions WHERE session = ?", (session,)
+                "SELECT version, size, saved_at, typeof(data), length(data) FROM sessions WHERE session = ?",
+                (session,),
             ).fetchone()
-        if row is None:
-            return None
-        return StoredSnapshot(StoreEntry(session, int(row[0]), int(row[1]), float(row[2])), bytes(row[3]))
+            if row is None:
+                return None
+            if row[3] != "blob":
+                raise corrupt(session, f"its data is {row[3]}, not a blob")
+            check_size(self, session, int(row[4]), writing=False)
+            (data,) = db.execute("SELECT data FROM sessions WHERE session = ?", (session,)).fetchone()
+        return StoredSnapshot(_entry(session, row[:3]), bytes(data))
 
     def info(self, session: str) -> StoreEntry | None:
         with self._tx() as db:
             row = db.execute(
                 "SELECT version, size, saved_at FROM sessions WHERE session = ?", (session,)
             ).fetchone()
-        return None if row is None else StoreEntry(session, int(row[0]), int(row[1]), float(row[2]))
+        return None if row is None else _entry(session, row)
 
     def list(self) -> list[StoreEntry]:
         with self._tx() as db:
             rows = db.execute(
                 "SELECT session, version, size, saved_at FROM sessions ORDER BY saved_at, session"
             ).fetchall()
-        return [StoreEntry(r[0], int(r[1]), int(r[2]), float(r[3])) for r in rows]
+        return [_entry(r[0], r[1:]) for r in rows]
 
     def delete(self, session: str) -> bool:
         with self._tx(immediate=True) as db:
@@ -176,3 +198,10 @@ class SQLiteStore(SessionStore):
 
     def __repr__(self) -> str:
         return f"<SQLiteStore {str(self.path)!r}>"
+
+
+def _entry(session: str, row: Any) -> StoreEntry:
+    try:
+        return StoreEntry(session, int(row[0]), int(row[1]), float(row[2]))
+    except (TypeError, ValueError):
+        raise corrupt(session, "its version, size or save time is not a number") from None

@@ -8,7 +8,8 @@
             with MyStore(...) as store:
                 yield store
 
-The fixture must give an empty store. Importing this module imports pytest.
+The fixture must give an empty store. Importing this module imports pytest. The size limit is
+tested by setting the store's `max_entry_bytes` attribute, which put and get must read per call.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 
 import pytest
 
-from ..stores import SessionBusy, SessionStore
+from ..stores import EntryTooLarge, SessionBusy, SessionStore
 
 __all__ = ["StoreConformance"]
 
@@ -71,6 +72,36 @@ class StoreConformance:
         store.put("big", blob)
         stored = store.get("big")
         assert stored is not None and stored.data == blob
+
+    def test_a_blob_over_the_limit_is_not_written_and_the_stored_one_stays(self, store: SessionStore) -> None:
+        store.put("s", BLOB)
+        store.put("other", b"other session")
+        limit = store.max_entry_bytes
+        store.max_entry_bytes = len(BLOB) + 10
+        try:
+            with pytest.raises(EntryTooLarge, match="it was not saved"):
+                store.put("s", BLOB * 2)
+            store.put("s", BLOB + b"0123456789")  # exactly the limit: taken
+        finally:
+            store.max_entry_bytes = limit
+        stored = store.get("s")
+        assert stored is not None and stored.data == BLOB + b"0123456789" and stored.entry.version == 2
+        assert store.get("other").data == b"other session"  # type: ignore[union-attr]
+
+    def test_a_stored_blob_over_the_limit_is_not_read(self, store: SessionStore) -> None:
+        store.put("big", BLOB * 4)
+        store.put("small", b"small")
+        limit = store.max_entry_bytes
+        store.max_entry_bytes = len(BLOB)
+        try:
+            with pytest.raises(EntryTooLarge, match="it was not read"):
+                store.get("big")
+            info = store.info("big")  # what the store knows without the blob is still there
+            assert info is not None and info.size == len(BLOB) * 4
+            assert store.get("small").data == b"small"  # type: ignore[union-attr]
+        finally:
+            store.max_entry_bytes = limit
+        assert store.get("big").data == BLOB * 4  # type: ignore[union-attr]
 
     def test_readers_never_see_a_partial_replace(self, store: SessionStore) -> None:
         blobs = (b"A" * 200_000, b"B" * 300_000)
