@@ -151,7 +151,9 @@ def test_a_snapshot_larger_than_a_frame_travels_in_parts(engines: list[ReplEngin
 def test_a_snapshot_over_the_limit_is_refused_with_its_largest_variables(engines: list[ReplEngine]) -> None:
     engine = subprocess_engine(engines, policy="trusted")
     engine.run("big = bytearray(130 * 2**20)\nsmall = 1")
-    with pytest.raises(SnapshotError, match=r"over the limit of 134\.2 MB .*the largest variables: big \(136"):
+    with pytest.raises(
+        SnapshotError, match=r"over the limit of 134\.2 MB .*the largest variables: big \(136"
+    ):
         engine.snapshot()
     engine.run("del big")
     assert [v.name for v in engine.snapshot().manifest.saved] == ["small"]
