@@ -158,7 +158,7 @@ def test_the_part_that_passes_the_limit_drops_everything() -> None:
     chunk = bytes(300_000)
     for _ in range(3):
         parts.add(chunk)
-    with pytest.raises(SnapshotTooLarge, match="more than 1.0 MB"):
+    with pytest.raises(SnapshotTooLarge, match=r"more than 1\.0 MB"):
         parts.add(chunk)
     assert parts._parts == []  # nothing held once refused
     with pytest.raises(SnapshotTooLarge):  # a sender that goes on is refused again
@@ -200,7 +200,7 @@ def test_a_stored_entry_over_the_limit_or_corrupt_is_a_clear_error_for_its_sessi
         db.execute("UPDATE sessions SET data = 'text' WHERE session = 'broken'")
     with SQLiteStore.from_path(path, max_entry_bytes=20_000) as store:
         reader = keyed_engine(engines, "standard", store=store)
-        with pytest.raises(EntryTooLarge, match="'big' is .* over this store's max_entry_bytes .* not read"):
+        with pytest.raises(EntryTooLarge, match=r"'big' is .* over this store's max_entry_bytes .* not read"):
             reader.run("x", session="big")
         with pytest.raises(StoreError, match="'broken' is corrupt"):
             reader.run("z", session="broken")
