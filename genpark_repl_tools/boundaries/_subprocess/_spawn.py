@@ -109,10 +109,20 @@ class WorkerPool:
         self._hello: dict[str, Any] | None = None
         # Weak: the zygote's reader thread must not keep the pool alive.
         on_death = weakref.WeakMethod(self._on_zygote_death)
-        self.zygote = ZygoteClient(
+        self.zygote = self._make_zygote(
             config, env, python or sys.executable, lambda: (method := on_death()) and method()
         )
         self.zygote.start()
+
+    def _make_zygote(
+        self, config: dict[str, Any], env: dict[str, str], python: str, on_death: Callable[[], None]
+    ) -> ZygoteClient:
+        """The zygote's client (the container boundary's starts it in a container)."""
+        return ZygoteClient(config, env, python, on_death)
+
+    def worker_path(self, workspace: Path) -> str:
+        """The session's workspace as the worker sees it (the same path here; /workspace in a container)."""
+        return str(workspace)
 
     def hello(self) -> dict[str, Any]:
         """What the zygote detected; (re)starts it first if it is not running."""
@@ -141,7 +151,7 @@ class WorkerPool:
         """Fork a worker for `session`; it is ready once `await_ready` returns."""
         self.hello()
         workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
-        request = {"session": session, "workspace": str(workspace), "restarted": restarted}
+        request = {"session": session, "workspace": self.worker_path(workspace), "restarted": restarted}
         return self._launch(lambda token, fds: self.zygote.spawn(token, request, fds))
 
     def resume(self, dead: WorkerHandle, execution_count: int) -> WorkerHandle:
