@@ -1,0 +1,155 @@
+"""The container boundary: each session in its own Docker container, built from a reviewed image.
+
+    ReplEngine(boundary="docker", image="my-tasks:1.0")
+    ReplEngine(boundary="docker", image="my-tasks:1.0", workspace_root="/srv/agents/ws",
+               workspace_allowlist=["/srv/agents"], limits=Limits(memory_mb=1024))
+
+It is the subprocess boundary with another launcher: one container per session, started on the
+session's first call and kept while the session lives, running the zygote of the subprocess boundary
+(the image's own python3 and genpark_repl_tools), which forks the session's worker inside. Variables,
+streaming, interrupts, timeouts, files, snapshots and checkpoint rollback go through the same host code.
+See docs/container.md.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .._limits import Limits
+from ..policy import Policy
+from ._docker import _cli
+from ._docker._pool import ContainerPool
+from ._docker._settings import CONTAINER_WORKSPACE, ContainerSettings, MountRefused, check_mounts
+from ._subprocess._spawn import WorkerPool
+from .subprocess import DEFAULT_MEMORY_MB, SubprocessBoundary
+
+__all__ = ["DockerBoundary", "MountRefused"]
+
+
+class DockerBoundary(SubprocessBoundary):
+    """Runs each session in its own container, its worker forked there by the subprocess boundary's zygote.
+
+    Security model: the container is the boundary (its own root filesystem, read-only; no network;
+    memory, CPU and process limits; a non-root user without capabilities; only the session's workspace
+    mounted from the host), and inside it the subprocess boundary's sandbox and the policy apply as
+    on that boundary. Nothing is pulled: the image must be on the Docker host (genpark-repl image
+    build). Docker is driven through its CLI, which must be installed.
+
+    Options (all keyword; those of SubprocessBoundary not listed here work the same):
+        image           the image sessions run in (required)
+        network         "none" (default) or a Docker network name: an explicit choice
+        cpus            CPUs each container may use (default 1.0; None: no cap)
+        pids_limit      processes each container may hold (default 256; None: no cap)
+        read_only       read-only root filesystem (default True; /tmp is a tmpfs either way)
+        tmpfs_mb        size of /tmp (default 64)
+        user            "UID:GID" the container runs as (default 65534:65534 when the host is root,
+                        else the host's own ids; root is refused)
+        workspace_root  host directory holding the sessions' workspaces (default: a temporary one);
+                        it must exist and be canonical
+        workspace_allowlist  roots workspace_root must lie under; each must exist and be canonical
+        engine_id       the label that marks this engine's containers (default: random). A later
+                        engine given the same id removes what an earlier one left
+        docker          the docker CLI to run (default "docker")
+        start_timeout_s how long a container may take to connect (default 30)
+    Memory is Limits.memory_mb (default 4096) inside, plus 128 MiB for the zygote in the container's cap.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        policy: Policy,
+        limits: Limits,
+        *,
+        image: str,
+        network: str = "none",
+        cpus: float | None = 1.0,
+        pids_limit: int | None = 256,
+        read_only: bool = True,
+        tmpfs_mb: int = 64,
+        user: str | None = None,
+        workspace_root: str | Path | None = None,
+        workspace_allowlist: Iterable[str | Path] | None = None,
+        engine_id: str | None = None,
+        docker: str = "docker",
+        start_timeout_s: float = 30.0,
+        session_ttl_s: float | None = 600.0,
+        max_workers: int | None = 32,
+        preload: Iterable[str] = (),
+        env: dict[str, str] | None = None,
+        kill_grace_s: float = 0.25,
+        max_processes: int | None = None,
+        require: Iterable[str] = (),
+        default_memory_mb: int | None = DEFAULT_MEMORY_MB,
+        checkpoints: bool = True,
+    ) -> None:
+        # Every mount rule is checked before Docker is called (and before anything is created).
+        root = check_mounts(
+            workspace_root if workspace_root is not None else policy.workspace,
+            None if workspace_allowlist is None else list(workspace_allowlist),
+        )
+        if limits.memory_mb is None and default_memory_mb is not None:
+            limits = limits.model_copy(update={"memory_mb": default_memory_mb})
+        self.container = ContainerSettings.build(
+            limits,
+            image=image,
+            network=network,
+            cpus=cpus,
+            pids_limit=pids_limit,
+            read_only=read_only,
+            tmpfs_mb=tmpfs_mb,
+            user=user,
+            engine_id=engine_id,
+            docker=docker,
+            start_timeout_s=start_timeout_s,
+        )
+        _cli.check_image(self.container)
+        _cli.reap_orphans(self.container)
+        super().__init__(
+            policy,
+            limits,
+            workspace_root=root,
+            session_ttl_s=session_ttl_s,
+            max_workers=max_workers,
+            # Inside the container: the network is the container's (none by default), reads are
+            # confined to the image's system and Python paths by Landlock, the user is already not root.
+            network=network != "none",
+            read_paths=(),
+            user=self.container.uid,
+            preload=preload,
+            env=env,
+            kill_grace_s=kill_grace_s,
+            max_processes=max_processes,
+            require=require,
+            default_memory_mb=default_memory_mb,
+            checkpoints=checkpoints,
+        )
+
+    def _make_pool(
+        self,
+        config: dict[str, Any],
+        env: dict[str, str],
+        python: str | None,
+        limits: Limits,
+        max_workers: int | None,
+    ) -> WorkerPool:
+        # The zygote runs in the container as the container's user: it switches to no other uid, and
+        # it sees paths as the container does.
+        sandbox = {**config["sandbox"], "uid": None, "gid": None, "read_paths": []}
+        config = {**config, "sandbox": sandbox, "workspace_root": "/tmp"}
+        # The same interface as WorkerPool, one container per session.
+        return ContainerPool(config, env, limits, max_workers, self.container, self._root / ".probe")  # type: ignore[return-value]
+
+    def describe(self) -> dict[str, Any]:
+        description = super().describe()
+        description["container"] = self.container.describe()
+        description["workspace_mount"] = f"{description['workspace_root']}/<session> -> {CONTAINER_WORKSPACE}"
+        return description
+
+    def close(self) -> None:
+        super().close()
+        if not self._owns_root:
+            shutil.rmtree(self._root / ".probe", ignore_errors=True)
