@@ -7,6 +7,7 @@
     genpark-repl mcp --transport http     the same over streamable HTTP (see docs/cli.md)
     genpark-repl mcp --store sqlite:PATH  sessions kept in a store: handles survive a restart
     genpark-repl store list --store SPEC  the sessions in a store (also: show ID, delete ID)
+    genpark-repl image build --tag TAG    an image for --boundary docker (--base IMAGE, --requirements FILE)
 
 Exit codes of `run` (and `audit`): 0 ok, 1 error in the code (audit: a syntax error), 2 usage or setup
 error (or the engine failed), 3 blocked by the policy, 4 timeout, 5 crashed, 6 cancelled.
@@ -155,7 +156,7 @@ def _engine_opts(boundary_default: str) -> argparse.ArgumentParser:
         "--boundary",
         default=argparse.SUPPRESS,
         metavar="NAME",
-        help=f"where code runs: inprocess or subprocess; {boundary_default}",
+        help=f"where code runs: inprocess or subprocess; {boundary_default}; or docker (with --image)",
     )
     engine_opts.add_argument(
         "--timeout", type=_positive_float, default=argparse.SUPPRESS, metavar="SECONDS", help="per execution"
@@ -182,7 +183,27 @@ def _engine_opts(boundary_default: str) -> argparse.ArgumentParser:
         help="refuse to start unless this OS protection is active: seccomp, landlock, network_namespace "
         "or a key of describe()'s 'enforced' (repeatable; subprocess boundary)",
     )
+    # The container boundary's settings (docs/container.md); each needs --boundary docker.
+    for flag, kind, metavar, text in _DOCKER_FLAGS:
+        engine_opts.add_argument(
+            flag,
+            type=kind,
+            action="append" if flag == "--workspace-allow" else "store",
+            default=argparse.SUPPRESS,
+            metavar=metavar,
+            help=text,
+        )
     return engine_opts
+
+
+_DOCKER_FLAGS: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
+    ("--image", str, "IMAGE", "image of the docker boundary's containers (genpark-repl image build)"),
+    ("--network", str, "NAME", "docker boundary: the containers' network (default: none)"),
+    ("--cpus", float, "N", "docker boundary: CPUs per container (default: 1)"),
+    ("--pids-limit", int, "N", "docker boundary: processes per container (default: 256)"),
+    ("--workspace-root", str, "DIR", "docker boundary: host directory holding the session workspaces"),
+    ("--workspace-allow", str, "DIR", "docker boundary: a root workspace-root must lie under (repeatable)"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -356,6 +377,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="largest HTTP request body (default: 4194304)",
     )
+    image = commands.add_parser(
+        "image",
+        help="build an image for the docker boundary",
+        description="Build an image for --boundary docker: this package and the requirements are "
+        "prepared as wheels on this host and installed with pip --no-index in a build without network "
+        "(docs/container.md shows the equivalent Dockerfile).",
+    )
+    image.add_argument("action", choices=["build"])
+    image.add_argument("--tag", required=True, metavar="TAG", help="the image's name, e.g. my-tasks:1.0")
+    image.add_argument(
+        "--base",
+        default="python:3.11-slim",
+        metavar="IMAGE",
+        help="an image with python3 and venv on this Docker host",
+    )
+    image.add_argument(
+        "--requirements", type=Path, metavar="FILE", help="the task packages (pip requirements)"
+    )
     store = commands.add_parser(
         "store",
         help="list, show or delete the sessions in a session store",
@@ -383,6 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_mcp(args)
         if args.command == "store":
             return _cmd_store(args)
+        if args.command == "image":
+            return _cmd_image(args)
         return _cmd_repl(args)
     except UsageError as exc:
         print(f"{_PROG}: error: {exc}", file=sys.stderr)
@@ -415,6 +456,16 @@ def _make_engine(
         if options["boundary"] != "subprocess":
             raise UsageError("--require needs --boundary subprocess: only it has OS protections")
         options["require"] = tuple(args.require)
+    given = {
+        flag: getattr(args, flag[2:].replace("-", "_"))
+        for flag, *_ in _DOCKER_FLAGS
+        if hasattr(args, flag[2:].replace("-", "_"))
+    }
+    if given and options["boundary"] != "docker":
+        raise UsageError(f"{', '.join(given)} need --boundary docker")
+    if given:
+        names = {"--workspace-allow": "workspace_allowlist"}
+        options.update({names.get(flag, flag[2:].replace("-", "_")): value for flag, value in given.items()})
     name = policy or getattr(args, "policy", None)
     if name is not None:
         options["policy"] = name
@@ -424,7 +475,7 @@ def _make_engine(
             options["hibernate_after_s"] = args.hibernate_after
     try:
         engine = ReplEngine(limits=Limits(**limits), **options)
-        if options["boundary"] == "subprocess":
+        if options["boundary"] in ("subprocess", "docker"):
             _say_unavailable(engine)
         return engine
     except ImportError as exc:
@@ -450,6 +501,20 @@ def _say_unavailable(engine: ReplEngine) -> None:
         if line not in _SAID_UNAVAILABLE:
             _SAID_UNAVAILABLE.add(line)
             print(line, file=sys.stderr, flush=True)
+
+
+def _cmd_image(args: argparse.Namespace) -> int:
+    from .boundaries._docker._image import build_image
+
+    if args.requirements is not None and not args.requirements.is_file():
+        raise UsageError(f"no requirements file at {args.requirements}")
+    try:
+        ident = build_image(args.tag, args.base, args.requirements)
+    except ReplError as exc:
+        print(f"{_PROG}: image build failed: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"{args.tag} {ident}")
+    return EXIT_OK
 
 
 def _read_source(file: str) -> tuple[str, str]:

@@ -60,8 +60,7 @@ def _platforms(target: dict[str, str]) -> list[str]:
 
 def _package_wheel(into: Path) -> Path:
     """This package as a wheel: built from its checkout, or fetched by version when it is installed."""
-    from ... import __version__
-
+    __version__ = sys.modules[__name__.partition(".")[0]].__version__
     checkout = Path(__file__).resolve().parents[3]
     if (checkout / "pyproject.toml").exists() and (checkout / "genpark_repl_tools").is_dir():
         _run(

@@ -78,11 +78,9 @@ _identity_cache: list[str] = []
 def protocol_id() -> str:
     """This host's package version and a digest of its sources: what an image's must equal."""
     if not _identity_cache:
-        from ... import __name__ as package_name
-
         namespace: dict[str, Any] = {}
         exec(_IDENTITY, namespace)  # the same function the container runs
-        _identity_cache.append(namespace["identity"](sys.modules[package_name]))
+        _identity_cache.append(namespace["identity"](sys.modules[__name__.partition(".")[0]]))
     return _identity_cache[0]
 
 
