@@ -26,6 +26,7 @@ from ._exceptions import (
     UnsafeFileName,
     VariableNotFound,
 )
+from ._host_tools import ToolError
 from ._limits import Limits
 from ._models import (
     Attachment,
@@ -96,6 +97,7 @@ __all__ = [
     "Status",
     "StoreError",
     "StreamEvent",
+    "ToolError",
     "UnsafeFileName",
     "VariableChanges",
     "VariableInfo",

@@ -22,6 +22,7 @@ from ._models import ErrorInfo, ExecutionResult, SessionRestore, VariableInfo
 from .policy import Policy
 
 if TYPE_CHECKING:
+    from ._host_tools import ToolRun
     from .snapshot import SessionSnapshot
 
 __all__ = ["BaseBoundary", "ExecutionRequest", "cancelled_before_start"]
@@ -40,6 +41,9 @@ class ExecutionRequest:
     stdout/stderr text as it is written, within the output bounds, from whatever thread captures it
     (one tuple, so a `deque.append` can take it without a Python frame); it must be quick and must
     not raise.
+
+    `tools`, when the session has host tools, serves this run's calls of them (the engine makes it;
+    the boundary calls `tools.begin` before the code runs and hands each call to `tools.serve`).
     """
 
     code: str
@@ -47,6 +51,7 @@ class ExecutionRequest:
     timeout_s: float | None = None  # overrides Limits.timeout_s for this call
     cancelled: bool = False
     on_output: Callable[[tuple[str, str]], object] | None = None
+    tools: ToolRun | None = None
 
 
 def cancelled_before_start(
@@ -115,6 +120,9 @@ class BaseBoundary(ABC):
         cannot interrupt says so by returning False.
         """
         return False
+
+    # Host tools: a boundary that serves `ExecutionRequest.tools` calls from session code says so.
+    supports_tools = False
 
     # Durable sessions. A boundary that can snapshot overrides both; `supports_snapshots`
     # is how the engine tells before it relies on them.

@@ -8,7 +8,7 @@ import contextvars
 import os
 import threading
 import warnings
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -17,6 +17,7 @@ from ._boundary import BaseBoundary, ExecutionRequest
 from ._compile import parse
 from ._exceptions import EngineClosed, FileNotFound, FileQuotaExceeded, FilesUnavailable, SessionNotFound
 from ._files import PARTIAL_SCAN_NOTE, FileTracker, WorkspaceDir
+from ._host_tools import Tool, ToolRun, check_tools
 from ._limits import Limits
 from ._models import (
     AuditReport,
@@ -48,7 +49,8 @@ class ReplEngine:
 
     Security model: that of the boundary and policy it is given. The default in-process boundary
     guards the host against accidents and casual misuse, not against a determined attacker: for
-    untrusted code use `boundary="subprocess"`. See docs/security.md.
+    untrusted code use `boundary="subprocess"`. See docs/security.md. Host `tools` run with the
+    host's rights, outside the policy: offer only what the model may use (docs/code_mode.md).
 
         with ReplEngine(policy="trusted") as engine:
             engine.run("x = 41")
@@ -69,8 +71,11 @@ class ReplEngine:
         refusal_log: str | os.PathLike[str] | None = None,
         tracing: bool | Any | None = None,
         audit_log: str | os.PathLike[str] | None = None,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
         **boundary_options: Any,
     ) -> None:
+        """`tools`: host functions session code may call by name, on every session (see `set_tools`)."""
+        checked_tools = check_tools(tools)  # before anything is started: nothing to clean up
         if audit_log is not None:
             # The log's old name, kept for a release: "audit" also names the static check and the hook.
             if refusal_log is not None:
@@ -91,6 +96,12 @@ class ReplEngine:
                 raise TypeError(f"policy must be a preset name or a Policy, not {type(policy).__name__}")
             self._boundary = _make_boundary(boundary, resolved, limits or Limits(), boundary_options)
         self._closed = False
+        # ---- host tools: the engine's, each session's own on top, merged once per change ----
+        self._tools: dict[str, Tool] = checked_tools
+        self._session_tools: dict[str, dict[str, Tool]] = {}
+        self._merged_tools: dict[str, dict[str, Tool]] = {}
+        if checked_tools:
+            self._check_tools_supported()
         self._files = FileTracker()  # what each session's workspace held after its last result
         self._workspaces: dict[str, str] = {}  # session -> its workspace directory, once it has one
         # ---- observability and accounting: budgets, spans, usage, refusal events, history ----
@@ -179,9 +190,10 @@ class ReplEngine:
             return request
         # The caller's context goes along (as with asyncio.to_thread), so the span nests under its span.
         context = contextvars.copy_context()
-        future = asyncio.get_running_loop().run_in_executor(
-            None, context.run, self._observed, request, call_id
-        )
+        loop = asyncio.get_running_loop()
+        if request.tools is not None:
+            request.tools.loop = loop  # async tools run on the caller's loop, which waits meanwhile
+        future = loop.run_in_executor(None, context.run, self._observed, request, call_id)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -244,6 +256,8 @@ class ReplEngine:
                 yield event
             return
         loop = asyncio.get_running_loop()
+        if request.tools is not None:
+            request.tools.loop = loop
         ended = asyncio.Event()
 
         def wake() -> None:
@@ -310,7 +324,50 @@ class ReplEngine:
                     hint="Send smaller pieces of code; keep data in files or variables, not in the code.",
                 ),
             )
-        return ExecutionRequest(code, session, timeout_s)
+        request = ExecutionRequest(code, session, timeout_s)
+        if self._tools or self._session_tools:
+            tools = self._tools_of(session)
+            if tools:
+                request.tools = ToolRun(
+                    tools, self._boundary.limits.max_tool_calls, self._observer.tracing.tracer()
+                )
+        return request
+
+    # ---- host tools -----------------------------------------------------------------------------
+
+    def set_tools(self, session: str, tools: Mapping[str, Callable[..., Any]] | None) -> None:
+        """Give `session` its own host tools, on top of the engine's (a name in both: the session's
+        wins); None removes them. Takes effect on the session's next run.
+
+        Each tool is a function (sync or async) session code calls by name; it runs on the host with
+        the host's rights, arguments and results crossing as copies of plain data. A name must be a
+        Python identifier, not a keyword, not starting with '_' (ValueError otherwise).
+        """
+        self._check_open()
+        _check_session(session)
+        checked = check_tools(tools)
+        if checked:
+            self._check_tools_supported()
+            self._session_tools[session] = checked
+        else:
+            self._session_tools.pop(session, None)
+        self._merged_tools.pop(session, None)
+
+    def _tools_of(self, session: str) -> dict[str, Tool]:
+        merged = self._merged_tools.get(session)
+        if merged is None:
+            own = self._session_tools.get(session)
+            merged = {**self._tools, **own} if own else self._tools
+            if own:
+                self._merged_tools[session] = merged
+        return merged
+
+    def _check_tools_supported(self) -> None:
+        if not self._boundary.supports_tools:
+            raise ValueError(
+                f"the {self._boundary.name} boundary cannot offer host tools to session code; "
+                "use boundary='inprocess' or 'subprocess'"
+            )
 
     def _durable_execute(self, request: ExecutionRequest) -> ExecutionResult:
         assert self._durable is not None
@@ -570,6 +627,8 @@ class ReplEngine:
             self._check_open()
             _check_session(session)
             self._observer.forget(session)
+            self._session_tools.pop(session, None)
+            self._merged_tools.pop(session, None)
             self._files.forget(session)
             self._workspaces.pop(session, None)
             try:

@@ -1,4 +1,5 @@
-"""The refusal log: every refusal as a structured event, derived from the run's result.
+"""The refusal log: every refusal as a structured event, derived from the run's result; and the
+calls session code made to host tools, which run with the host's rights.
 
     ReplEngine(on_event=print, refusal_log="refusals.jsonl")
 
@@ -9,6 +10,8 @@ Kinds of refusal and where each is seen:
     audit_hook      the policy's audit hook raised PolicyViolation (ErrorInfo.refused_by "audit_hook")
     sandbox         the OS refused the subprocess worker (PermissionError / EPERM, EACCES, ENETUNREACH)
     budget          the session's budget (Limits.max_session_calls / max_session_cpu_s) was spent
+    tool_call       session code called a host tool (not a refusal, unless `tool_outcome` says
+                    "refused": its arguments, or Limits.max_tool_calls): one event per call
 
 Events come from results, so the policy code knows nothing of them. The price: a refusal the code
 caught and did not let escape (`try: open(...) except OSError: pass`) ran nothing and leaves no
@@ -26,15 +29,18 @@ import weakref
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._models import ExecutionResult
 
-__all__ = ["AuditEvent", "EventKind", "JsonlRefusalLog", "events_from", "refusal_layer"]
+if TYPE_CHECKING:
+    from ._host_tools import ToolRun
 
-EventKind = Literal["audit_finding", "runtime_guard", "audit_hook", "sandbox", "budget"]
+__all__ = ["AuditEvent", "EventKind", "JsonlRefusalLog", "events_from", "refusal_layer", "tool_events"]
+
+EventKind = Literal["audit_finding", "runtime_guard", "audit_hook", "sandbox", "budget", "tool_call"]
 
 _CODE_KEPT = 2000
 _CAUSES_FOLLOWED = 8
@@ -63,6 +69,11 @@ class AuditEvent(BaseModel):
     source_line: str | None = None
     code: str = Field(description=f"The code submitted, cut to its first {_CODE_KEPT:,} characters.")
     code_sha256: str
+    tool: str | None = Field(None, description="tool_call: the host tool's name.")
+    tool_outcome: Literal["ok", "error", "refused"] | None = Field(
+        None, description="tool_call: ok, error (the tool raised) or refused (arguments, call limit)."
+    )
+    duration_ms: float | None = Field(None, description="tool_call: host time spent in the call.")
 
 
 def refusal_layer(exc: BaseException) -> Literal["guard", "audit_hook", "os"] | None:
@@ -111,6 +122,17 @@ def events_from(result: ExecutionResult, code: str, call_id: str | None) -> list
         _event(result, code, call_id, kind, error.message, error_type=error.type, line=error.line,
                column=error.column, source_line=error.source_line)
     ]  # fmt: skip
+
+
+def tool_events(result: ExecutionResult, code: str, call_id: str | None, tools: ToolRun) -> list[AuditEvent]:
+    """One event per host tool call the run made (the first ones, if it made very many)."""
+    events = []
+    for tool, outcome, ms, message in list(tools.records):
+        events.append(
+            _event(result, code, call_id, "tool_call", message, tool=tool, tool_outcome=outcome,
+                   duration_ms=ms, error_type=None if outcome == "ok" else "ToolError")
+        )  # fmt: skip
+    return events
 
 
 def budget_event(result: ExecutionResult, code: str, call_id: str | None, rule: str) -> AuditEvent:

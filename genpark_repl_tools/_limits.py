@@ -60,6 +60,11 @@ class Limits(BaseModel):
     max_history_bytes: int = Field(
         2_000_000, ge=0, description="Characters of code, output and figures kept per session's history."
     )
+    max_tool_calls: int | None = Field(
+        None,
+        ge=0,
+        description="Host tool calls one run may make (None: no limit); later calls raise ToolError.",
+    )
     # ---- files in and out of a session: enforced by the host for uploads ----
     max_upload_bytes: int = Field(
         50_000_000, gt=0, description="Largest file the host uploads into or downloads from a workspace."

@@ -132,6 +132,10 @@ class Usage(_Model):
             "high-water mark of the process, so it covers this run and every earlier one of the worker."
         ),
     )
+    tool_calls: int = Field(0, ge=0, description="Host tool calls the run's code made (counted by the host).")
+    tool_ms: float = Field(
+        0.0, ge=0, description="Wall time the host spent in those tool calls (part of the run's duration)."
+    )
 
 
 class Attachment(_Model):

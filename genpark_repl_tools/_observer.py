@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._boundary import ExecutionRequest
-from ._events import AuditEvent, JsonlRefusalLog, budget_event, deliver, events_from
+from ._events import AuditEvent, JsonlRefusalLog, budget_event, deliver, events_from, tool_events
 from ._history import History
 from ._limits import Limits
 from ._models import ExecutionResult
@@ -87,11 +87,18 @@ class Observer:
                 finish_span(span, None, exc)
             raise
         wall_s = _perf_counter() - started
+        tools = request.tools
+        if tools is not None:  # the host's own count: what a worker's result says is not believed
+            result.usage.tool_calls = tools.calls
+            result.usage.tool_ms = round(tools.tool_s * 1e6) / 1000
         # Rounded to the microsecond, as round(ms, 3) would, without its decimal conversion.
         result.usage.wall_ms = round(wall_s * 1e6) / 1000
         accounts = ledger.record(result, wall_s, request.timeout_s)
-        if self._sinks and (result.error is not None or result.status == "blocked"):
-            deliver(self._sinks, events_from(result, request.code, call_id))
+        if self._sinks:
+            if tools is not None and tools.records:
+                deliver(self._sinks, tool_events(result, request.code, call_id, tools))
+            if result.error is not None or result.status == "blocked":
+                deliver(self._sinks, events_from(result, request.code, call_id))
         history = self.history
         if history.max_cells > 0:  # History.enabled
             history.add(request.code, result, call_id)

@@ -12,7 +12,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._armed import call_armed
 from ._capture import Capture, OutputCapture, capturing
@@ -24,6 +24,9 @@ from ._models import VariableInfo
 from ._rich import FigureOwner
 from ._watchdog import ExecutionTimeout, Slot, check_expired, watchdog
 from .policy._runtime import PolicyRuntime
+
+if TYPE_CHECKING:
+    from ._host_tools import ToolStubs
 
 __all__ = ["Session", "SessionTable", "call_guarded", "not_defined"]
 
@@ -64,6 +67,7 @@ class Session:
         "running",
         "runtime",
         "sources",
+        "tools",
         "touches_host",
     )
 
@@ -83,6 +87,7 @@ class Session:
         # the code started) does to the process outlives the namespace.
         self.touches_host = False
         self.created_at = self.last_used = time.monotonic()
+        self.tools: ToolStubs | None = None  # the host tools' stubs in `builtins`, once it has had any
         self.reset()
 
     def reset(self) -> None:

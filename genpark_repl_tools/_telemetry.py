@@ -23,7 +23,7 @@ from typing import Any
 from ._exceptions import MissingDependency
 from ._models import ExecutionResult
 
-__all__ = ["TOOL_NAME", "Tracing", "finish_span", "start_span"]
+__all__ = ["TOOL_NAME", "Tracing", "finish_span", "finish_tool_span", "start_span", "start_tool_span"]
 
 TOOL_NAME = "run_python"
 _SPAN_NAME = f"execute_tool {TOOL_NAME}"
@@ -156,3 +156,32 @@ def use_span(span: Any) -> Any:
     from opentelemetry import trace
 
     return trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+
+
+def start_tool_span(tracer: Any, tool: str) -> Any:
+    """A host tool's call: a child of the current span (the run's, in the tool's thread)."""
+    from opentelemetry.trace import SpanKind
+
+    return tracer.start_span(
+        f"execute_tool {tool}",
+        kind=SpanKind.INTERNAL,
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.type": "function",
+            "genpark_repl.tool.host": True,
+        },
+    )
+
+
+def finish_tool_span(span: Any, outcome: str, message: str) -> None:
+    """`outcome`: ok, error (the tool raised) or refused (its arguments, or the call limit)."""
+    from opentelemetry.trace import Status, StatusCode
+
+    try:
+        span.set_attribute("genpark_repl.tool.outcome", outcome)
+        if outcome != "ok":
+            span.set_attribute("error.type", "ToolError")
+            span.set_status(Status(StatusCode.ERROR, message[:500]))
+    finally:
+        span.end()

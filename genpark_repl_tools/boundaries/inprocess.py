@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._capture import StreamingCapture
 from .._files import WorkspaceDir
+from .._host_tools import ToolRun, ToolStubs
 from .._limits import Limits
 from .._models import ExecutionResult, SessionRestore, VariableInfo
 from .._runner import run_cell
@@ -38,6 +39,7 @@ class InProcessBoundary(BaseBoundary):
     """
 
     name = "inprocess"
+    supports_tools = True
 
     def __init__(self, policy: Policy, limits: Limits) -> None:
         super().__init__(policy, limits)
@@ -118,6 +120,9 @@ class InProcessBoundary(BaseBoundary):
                     count = session.execution_count
                     return cancelled_before_start(request, self.policy.name, self.name, count)
                 self._running[name] = request
+                tools = request.tools
+                if tools is not None or session.tools is not None:
+                    _offer_tools(session, tools, limits.timeout_s)
                 try:
                     if request.on_output is None:
                         return run_cell(session, request.code, runtime, limits, self.name)
@@ -126,6 +131,8 @@ class InProcessBoundary(BaseBoundary):
                 finally:
                     self._running.pop(name, None)
                     session.cancel_pending = False
+                    if session.tools is not None:
+                        session.tools.run = None
         finally:
             if token is not None:
                 session_workspace.reset(token)
@@ -234,3 +241,14 @@ class InProcessBoundary(BaseBoundary):
 
     def _new_session(self, name: str) -> Session:
         return Session(name, self._runtime)
+
+
+def _offer_tools(session: Session, tools: ToolRun | None, timeout_s: float) -> None:
+    """Put the run's host tools in the session's builtins (and take away those it no longer has)."""
+    stubs = session.tools
+    if stubs is None:
+        stubs = session.tools = ToolStubs()
+    stubs.install(session.builtins, tools.offer() if tools is not None else ())
+    stubs.run = tools
+    if tools is not None:
+        tools.begin(timeout_s)

@@ -69,6 +69,7 @@ EXPECTED_ALL = {
     "OutputEvent",
     "ResultEvent",
     "StreamEvent",
+    "ToolError",
 }
 
 
