@@ -125,6 +125,7 @@ class SubprocessBoundary(BaseBoundary):
     """
 
     name = "subprocess"
+    supports_tools = True
 
     def __init__(
         self,
@@ -455,6 +456,10 @@ class SubprocessBoundary(BaseBoundary):
             worker = self._start_worker(state, restarted=state.lost is not None)
         out = OutputSink(limits.max_output_chars, request.on_output, "stdout")
         err = OutputSink(limits.max_output_chars, request.on_output, "stderr")
+        tools = request.tools
+        if tools is not None:
+            tools.begin(timeout)
+            worker.send_tools(tools.offer())
         rid = worker.send(P.EXEC, P.encode_exec(request.code, timeout))
         state.running = request
         try:
@@ -465,11 +470,11 @@ class SubprocessBoundary(BaseBoundary):
                 self.interrupt(state.name, request)
             started = time.monotonic()
             deadline = started + timeout + self.kill_grace_s
-            reply = worker.wait(deadline, out, err, rid) if rid else Died()
+            reply = worker.wait(deadline, out, err, rid, tools) if rid else Died()
             if isinstance(reply, tuple) and reply[0] == P.NO_CHECKPOINT:  # said before the cell runs
                 worker.no_checkpoint = reply[1][:_FAILED_BYTES].decode("utf-8", "replace")
                 worker.pending = rid
-                reply = worker.wait(deadline, out, err, rid)
+                reply = worker.wait(deadline, out, err, rid, tools)
         except BaseException:
             self._abandon(state, worker)
             raise
@@ -566,6 +571,8 @@ class SubprocessBoundary(BaseBoundary):
             result.policy = self.policy.name
         if result.boundary != self.name:
             result.boundary = self.name
+        if result.usage.tool_calls or result.usage.tool_ms:  # the host counts its tools' calls itself
+            result.usage.tool_calls, result.usage.tool_ms = 0, 0.0
         return result
 
     def _abandon(self, state: _SessionState, worker: WorkerHandle) -> None:

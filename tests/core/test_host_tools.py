@@ -23,7 +23,7 @@ from genpark_repl_tools._host_tools import MAX_DEPTH, pack, unpack
 
 BOUNDARIES = ["inprocess"]
 if sys.platform.startswith("linux"):
-    pass  # BOUNDARIES.append("subprocess")
+    BOUNDARIES.append("subprocess")
 
 # What the host saw of the arguments of the last call of `record`, by session.
 SEEN: dict[str, Any] = {}

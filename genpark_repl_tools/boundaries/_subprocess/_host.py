@@ -22,13 +22,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..._capture import BoundedText, StreamingText
 from ..._exceptions import BoundaryError
 from ..._text import BYTES_ERRORS
 from . import _protocol as P
 from . import _zygote
+
+if TYPE_CHECKING:
+    from ..._host_tools import ToolRun
 
 __all__ = ["Died", "Invalid", "OutputSink", "TimedOut", "WorkerHandle", "ZygoteClient"]
 
@@ -149,6 +152,12 @@ class WorkerHandle:
         self.cut_deadline = float("inf")
         return rid
 
+    def send_tools(self, offer: tuple[tuple[str, str], ...]) -> None:
+        """Name the host tools of the EXEC sent next (no reply; a gone worker shows at that EXEC)."""
+        payload = json.dumps(offer, separators=(",", ":")).encode()
+        with contextlib.suppress(OSError):
+            self.sock.sendall(P.encode(P.TOOLS, payload))
+
     def send_json(self, kind: int, obj: Any) -> int:
         return self.send(kind, json.dumps(obj, separators=(",", ":")).encode())
 
@@ -172,10 +181,12 @@ class WorkerHandle:
         out: OutputSink | None = None,
         err: OutputSink | None = None,
         rid: int = 0,
+        tools: ToolRun | None = None,
     ) -> tuple[int, bytes] | Died | Invalid | TimedOut:
         """Pump output until the frame answering request `rid` arrives (0: an unsolicited frame such
         as READY), the socket closes, or the deadline passes. Frames answering other requests are
-        late replies to abandoned calls: dropped."""
+        late replies to abandoned calls: dropped. A host tool call of the running cell is served
+        (`tools`) while this waits, and answered."""
         sinks = (None, out, err)
         sock_fd = self.sock.fileno()
         muted_until = 0.0
@@ -192,6 +203,9 @@ class WorkerHandle:
                         return Invalid()
                 if tagged is not None:
                     if tagged[1] != rid:
+                        continue
+                    if tagged[0] == P.TOOL_CALL:
+                        self._serve_tool(tools, tagged[2])
                         continue
                     if rid == self.pending:
                         self.pending = 0
@@ -237,6 +251,24 @@ class WorkerHandle:
         finally:
             if muted_until:
                 self._watch_output(True)
+
+    def _serve_tool(self, tools: ToolRun | None, payload: bytes) -> None:
+        """Run one tool call of the cell on a host thread and answer it, unless the run's deadline
+        (or an interrupt) comes first: the cell has given up on it then, and the tool's thread
+        finishes on its own, its reply dropped."""
+        from ..._host_tools import POOL
+
+        if len(payload) < P.TOOL_CALL_HEAD.size:
+            return
+        (number,) = P.TOOL_CALL_HEAD.unpack_from(payload)
+        if tools is None:  # a stub kept from an earlier run that had tools
+            reply: bytes | None = b"E" + b"tools can be called only while the session's code runs"
+        else:
+            job = POOL.submit(tools.serve, payload[P.TOOL_CALL_HEAD.size :])
+            reply = tools.wait(job, lambda: self.cut_deadline)
+        if reply is not None:
+            with contextlib.suppress(OSError):
+                self.sock.sendall(P.encode(P.TOOL_REPLY, reply, number))
 
     def _watch_output(self, on: bool) -> None:
         for fd in (self.out_r, self.err_r):  # the wake-up pipe stays watched

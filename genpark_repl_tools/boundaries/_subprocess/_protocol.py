@@ -1,9 +1,15 @@
 """Frames on the host <-> zygote and host <-> worker sockets: 4-byte length, 1-byte kind, 4-byte
 request id, payload.
 
-Payloads are JSON, except snapshot blobs and an EXEC request: its time limit as an 8-byte double
-followed by the code in UTF-8 (`encode_exec`). A result is a RESULT: ExecutionResult JSON,
-validated in full by the host.
+Payloads are JSON, except snapshot blobs, host tool calls and an EXEC request: its time limit as an
+8-byte double followed by the code in UTF-8 (`encode_exec`). A result is a RESULT: ExecutionResult
+JSON, validated in full by the host.
+
+Host tools: before an EXEC whose session has tools, a TOOLS frame (no reply) names them; while the
+cell runs, each call is a TOOL_CALL (with the EXEC's id: a 4-byte call number, then the call packed
+by `_host_tools.pack`) and the host answers it with a TOOL_REPLY whose id is that call number. The
+host unpacks the call with `_host_tools.unpack`, which makes only plain data: nothing from the
+worker is ever unpickled.
 
 The worker echoes the id of the request it answers, so the host can tell the reply it waits for from
 the late reply of a call it abandoned (a KeyboardInterrupt or a cancelled task while it waited):
@@ -33,6 +39,7 @@ __all__ = [
 
 HEADER = struct.Struct("!IBI")
 _EXEC_HEAD = struct.Struct("!d")
+TOOL_CALL_HEAD = struct.Struct("!I")
 # A result is bounded by Limits (output, reprs), but a session with very many variables can still
 # produce a large change list; beyond this the peer is broken or hostile.
 MAX_FRAME = 256 * 1024 * 1024
@@ -45,6 +52,8 @@ RESET = ord("Z")
 SNAPSHOT = ord("P")  # take a snapshot of the session
 LOAD = ord("U")  # payload: a snapshot blob to restore (already checked by the host)
 LOAD_PART = ord("A")  # a leading part of the next LOAD's blob (no reply): blobs may exceed MAX_FRAME
+TOOLS = ord("t")  # payload: JSON [[name, doc], ...], the host tools of the EXEC that follows (no reply)
+TOOL_REPLY = ord("r")  # id: the call number; payload: b"R" + the packed result, or b"E" + the message
 # worker -> host
 READY = ord("Y")
 RESULT = ord("R")  # payload: ExecutionResult JSON
@@ -58,6 +67,7 @@ SNAPSHOT_PART = ord("G")  # a leading part of the SNAPSHOT_DATA that follows
 RESTORED = ord("T")  # payload: SessionRestore JSON
 REFUSED = ord("W")  # payload: {"type", "message", "reason"} of a SnapshotError
 NO_CHECKPOINT = ord("B")  # before the cell runs: why no checkpoint was taken (UTF-8 text)
+TOOL_CALL = ord("c")  # id: the EXEC's; payload: a 4-byte call number, then the packed (name, args, kwargs)
 # host -> zygote
 CONFIG = ord("C")
 SPAWN = ord("S")

@@ -22,6 +22,7 @@ import io
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import struct
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._boundary import ExecutionRequest, cancelled_before_start
 from ..._exceptions import VariableNotFound
+from ..._host_tools import ToolStubs
 from ..._limits import Limits
 from ..._models import ErrorInfo, ExecutionResult
 from ..._runner import OUT_OF_MEMORY, run_cell
@@ -61,6 +63,7 @@ _BATCH_S = 0.01
 # Cycles among them that became garbage are collected after the cell, off the call's path: a full
 # collection once this many cells have passed, at most a tenth of the time.
 _COLLECT_EVERY = 16
+_TOOL_WAIT_SLICE_MS = 20
 _COLLECT_SHARE = 10
 
 
@@ -236,6 +239,11 @@ class _Worker:
         self.boundary = boundary
         self._limits_by_timeout: dict[float, Limits] = {limits.timeout_s: limits}
         self._parts: list[bytes] = []  # LOAD_PART payloads before their LOAD
+        self.frames = P.FrameBuffer()
+        self.held: list[tuple[int, int, bytes]] = []  # frames read while a tool call waited for its reply
+        self.offer: tuple[tuple[str, str], ...] = ()  # the host tools of the next EXEC (a TOOLS frame)
+        self.tool_calls = 0  # numbers this worker's tool calls (their replies carry it)
+        self.in_cell = False
         self.replied: ExecutionResult | None = None  # the result of the reply being sent
         # Checkpoints: our end of a socket to the zygote (None: off), the copy of the state as it is
         # now (for the next request; 0: none, and no_copy says why), and the zygote, which becomes
@@ -256,10 +264,11 @@ class _Worker:
             try:
                 P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
                 self._checkpoint()  # the first request's, while the host reads READY
-                frames = P.FrameBuffer()
+                frames = self.frames = P.FrameBuffer()
+                self.held.clear()
                 sock = self.sock
                 while True:
-                    frame = frames.next_tagged()
+                    frame = self.held.pop(0) if self.held else frames.next_tagged()
                     if frame is None:
                         data = sock.recv(1 << 16)  # one syscall per request, however it is framed
                         if not data:
@@ -270,6 +279,11 @@ class _Worker:
                     kind, rid, payload = frame
                     if kind == P.LOAD_PART:  # part of a large snapshot: kept until its LOAD, no reply
                         self._parts.append(payload)
+                        continue
+                    if kind == P.TOOLS:
+                        self.offer = _tool_offer(payload)
+                        continue
+                    if kind == P.TOOL_REPLY:  # the late reply to a call a timeout gave up on
                         continue
                     self.current = self.started = rid
                     try:
@@ -330,8 +344,15 @@ class _Worker:
         started = time.perf_counter()
         own, children = _rusage()
         cpu_started = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+        offer, self.offer = self.offer, ()
+        if offer or self.session.tools is not None:
+            stubs = self.session.tools
+            if stubs is None:
+                stubs = self.session.tools = ToolStubs(self._tool_send)
+            stubs.install(self.session.builtins, offer)
         try:
             limits = self._limits_for(timeout_s)
+            self.in_cell = True
             with self.session.lock:
                 result = run_cell(
                     self.session,
@@ -342,6 +363,7 @@ class _Worker:
                     capture_factory=_capture_for_call,
                     measure_cpu=False,  # set below, for the whole worker
                 )
+            self.in_cell = False
             # The run's usage: the whole worker's CPU, and its peak memory (a process high-water mark).
             own, children = _rusage()
             cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -356,6 +378,7 @@ class _Worker:
             self.replied = result  # freed once the reply is on its way, not before it is sent
             return P.RESULT, result.model_dump_json().encode()
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
+            self.in_cell = False
             fallback = ExecutionResult(
                 status="error",
                 session=self.session.name,
@@ -370,6 +393,35 @@ class _Worker:
                 ),
             )
             return P.RESULT, fallback.model_dump_json().encode()
+
+    def _tool_send(self, payload: bytes) -> bytes:
+        """A host tool call from the cell: sent to the host, which answers while the cell waits.
+
+        Waits in short slices, so the cell's timeout or an interrupt lands meanwhile; a reply that
+        comes after that is dropped by the loop."""
+        if not self.in_cell:
+            return b"E" + b"tools can be called only while the session's code runs"
+        self.tool_calls += 1
+        number = self.tool_calls
+        self.sock.sendall(P.encode(P.TOOL_CALL, P.TOOL_CALL_HEAD.pack(number) + payload, self.current))
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        while True:
+            frame = self.frames.next_tagged()
+            if frame is None:
+                if not poller.poll(_TOOL_WAIT_SLICE_MS):
+                    continue
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    return b"E" + b"the host closed the connection"
+                self.frames.feed(data)
+                continue
+            kind, rid, reply = frame
+            if kind == P.TOOL_REPLY:
+                if rid == number:
+                    return reply
+                continue  # an older call's, given up on
+            self.held.append(frame)  # for the loop, after this cell
 
     # ---- checkpoints ------------------------------------------------------------------------------
     # After each reply (and after READY) the worker forks a copy of itself that waits, paused, on the
@@ -584,6 +636,12 @@ class _Worker:
 
 
 @functools.cache
+def _tool_offer(payload: bytes) -> tuple[tuple[str, str], ...]:
+    """The (name, doc) pairs of a TOOLS frame (the host's, so only its shape is checked)."""
+    offer = json.loads(payload)
+    return tuple((str(name), str(doc)) for name, doc in offer)
+
+
 def _checked_snapshot_class() -> type[SessionSnapshot]:
     from ...snapshot._format import SessionSnapshot
 
