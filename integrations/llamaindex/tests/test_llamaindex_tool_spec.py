@@ -397,6 +397,11 @@ def test_namespace_package_leaves_llama_index_core_importable() -> None:
 def test_public_names() -> None:
     import llama_index.tools.genpark_repl as module
 
-    assert module.__all__ == ["STORE_KEY", "GenparkReplStreamEvent", "GenparkReplToolSpec"]
+    assert module.__all__ == [
+        "STORE_KEY",
+        "GenparkCodeExecutor",
+        "GenparkReplStreamEvent",
+        "GenparkReplToolSpec",
+    ]
     assert module.GenparkReplToolSpec is GenparkReplToolSpec
     assert STORE_KEY == "genpark_repl_session"

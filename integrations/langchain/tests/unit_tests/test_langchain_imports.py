@@ -3,6 +3,7 @@ from __future__ import annotations
 import langchain_genpark_repl
 
 EXPECTED_ALL = [
+    "GenparkCodeExecutor",
     "GenparkDownloadTool",
     "GenparkFilesTool",
     "GenparkInspectTool",

@@ -9,5 +9,6 @@ tools = GenparkReplToolSpec(engine=ReplEngine(policy="standard")).to_tool_list()
 from __future__ import annotations
 
 from llama_index.tools.genpark_repl.base import STORE_KEY, GenparkReplStreamEvent, GenparkReplToolSpec
+from llama_index.tools.genpark_repl.code import GenparkCodeExecutor
 
-__all__ = ["STORE_KEY", "GenparkReplStreamEvent", "GenparkReplToolSpec"]
+__all__ = ["STORE_KEY", "GenparkCodeExecutor", "GenparkReplStreamEvent", "GenparkReplToolSpec"]

@@ -1,0 +1,158 @@
+"""A smolagents `PythonExecutor` that runs a CodeAgent's code in a genpark-repl-tools session.
+
+    from smolagents import CodeAgent
+    from genpark_repl_tools import ReplEngine
+    from genpark_repl_tools.smolagents import GenparkExecutor
+
+    engine = ReplEngine(boundary="subprocess")
+    agent = CodeAgent(tools=[...], model=model, executor=GenparkExecutor(engine))
+
+Needs the `smolagents` extra (`pip install genpark-repl-tools[smolagents]`). Importing this module does
+not import smolagents; creating an executor does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import keyword
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._engine import ReplEngine
+from ._exceptions import MissingDependency
+from ._models import ExecutionResult
+
+if TYPE_CHECKING:
+    from smolagents.local_python_executor import CodeOutput  # type: ignore[import-untyped]
+
+__all__ = ["ExecutionFailed", "GenparkExecutor"]
+
+_FINAL_ANSWER = "final_answer"
+# The one-off host tool that hands variables to the session; a name no agent's tool is likely to have.
+_VALUES_TOOL = "genpark_sent_values"
+
+
+class ExecutionFailed(Exception):
+    """The agent's code did not run to the end (an error, a refusal, a timeout): the message is the
+    observation the model reads. smolagents turns it into its own `AgentExecutionError`."""
+
+
+class _Answered(Exception):
+    """Raised by the host's `final_answer` so the session's code stops there, as smolagents expects."""
+
+
+class GenparkExecutor:
+    """A smolagents `PythonExecutor` over one `ReplEngine` session: `CodeAgent(..., executor=...)`.
+
+    Security model: the engine's (its boundary and policy); the executor adds no isolation. The agent's
+    tools are host tools: calling one from the session runs the real tool on the host, with the host's
+    rights, and only copies of plain data cross (see docs/code_mode.md). Offer only tools the model may
+    use. For untrusted code give it `ReplEngine(boundary="subprocess")`.
+
+    Sessions: smolagents does not tell an executor which conversation a step belongs to, so each
+    executor has one session (`session=`, else a new id) that keeps its variables across steps and
+    across `agent.run(...)` calls, like smolagents' own local executor. Give each conversation its own
+    executor (and agent); `engine.close(executor.session)` frees it.
+
+    `final_answer(...)` works as in smolagents: it ends the code where it is called, and the step's
+    `CodeOutput` has the answer (a copy of plain data) with `is_final_answer=True`. Variables from
+    `agent.run(..., additional_args={...})` reach the session as copies, by one run of a generated
+    assignment. Code that fails raises `ExecutionFailed` with the observation text, which smolagents
+    shows the model.
+    """
+
+    def __init__(self, engine: ReplEngine, *, session: str | None = None) -> None:
+        _require_smolagents()
+        self.engine = engine
+        self.session = session if session is not None else f"smolagents-{uuid.uuid4().hex}"
+        self._tools: dict[str, Callable[..., Any]] = {}
+        self._answers: list[Any] = []  # what final_answer received during the current step
+
+    def send_tools(self, tools: Mapping[str, Any]) -> None:
+        """Make `tools` (smolagents `Tool`s, managed agents, callables) the session's host tools."""
+        found = {name: _host_tool(name, tool) for name, tool in tools.items() if name != _FINAL_ANSWER}
+        if _FINAL_ANSWER in tools:
+            found[_FINAL_ANSWER] = self._final_answer(tools[_FINAL_ANSWER])
+        self._tools = found
+        self.engine.set_tools(self.session, found or None)
+
+    def send_variables(self, variables: Mapping[str, Any]) -> None:
+        """Set `variables` in the session, each a copy of plain data (as a tool's result would be)."""
+        if variables:
+            send_values(self.engine, self.session, self._tools, variables)
+
+    def __call__(self, code_action: str) -> CodeOutput:
+        from smolagents.local_python_executor import CodeOutput
+
+        self._answers.clear()
+        result = self.engine.run(code_action, self.session)
+        if self._answers:
+            return CodeOutput(output=self._answers[0], logs=result.stdout, is_final_answer=True)
+        if result.status != "ok":
+            raise ExecutionFailed(result.to_observation(self.engine.limits.max_observation_chars))
+        return CodeOutput(output=result.value, logs=result.stdout, is_final_answer=False)
+
+    def cleanup(self) -> None:
+        """Frees the session (smolagents calls this when the agent is used as a context manager)."""
+        self.engine.close(self.session)
+
+    def _final_answer(self, tool: Any) -> Callable[..., Any]:
+        def final_answer(*args: Any, **kwargs: Any) -> Any:
+            self._answers.append(tool(*args, **kwargs))
+            raise _Answered("answer recorded; the code stops here")
+
+        return _described(final_answer, _FINAL_ANSWER, tool)
+
+
+def _require_smolagents() -> None:
+    try:
+        from smolagents.local_python_executor import PythonExecutor
+    except ImportError as exc:
+        raise MissingDependency(
+            "GenparkExecutor needs smolagents: install genpark-repl-tools[smolagents]", name="smolagents"
+        ) from exc
+    # smolagents' executor interface is an ABC: registering keeps this module free of smolagents until used.
+    PythonExecutor.register(GenparkExecutor)
+
+
+def _host_tool(name: str, tool: Any) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return tool(*args, **kwargs)
+
+    return _described(call, name, tool)
+
+
+def _described(function: Callable[..., Any], name: str, tool: Any) -> Callable[..., Any]:
+    """`function` named `name`, with the signature and description the model was shown for `tool` (a
+    smolagents Tool's is its `forward`), so a bad call is refused with what the tool accepts."""
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = getattr(tool, "description", None) or inspect.getdoc(tool)
+    with contextlib.suppress(TypeError, ValueError):  # a callable without one takes any arguments
+        signature = inspect.signature(getattr(tool, "forward", tool))
+        parameters = list(signature.parameters.values())
+        if parameters and parameters[0].name == "self":  # @tool's forward is static yet declares self
+            signature = signature.replace(parameters=parameters[1:])
+        function.__signature__ = signature  # type: ignore[attr-defined]
+    return function
+
+
+def send_values(
+    engine: ReplEngine, session: str, tools: Mapping[str, Callable[..., Any]], values: Mapping[str, Any]
+) -> ExecutionResult:
+    """Assign `values` ({name: value}) in `session` as copies of plain data. They cross like a host
+    tool's result: a one-off tool returns them to one run of `a, b, = <tool>()`; then the session's
+    tools are `tools` again. Raises ValueError when a name is not a plain identifier or the run fails."""
+    bad = [name for name in values if not name.isidentifier() or keyword.iskeyword(name)]
+    if bad:
+        raise ValueError(f"not a variable name: {', '.join(map(repr, bad))}")
+    found = tuple(values.values())
+    engine.set_tools(session, {**tools, _VALUES_TOOL: lambda: found})
+    try:
+        result = engine.run(f"{', '.join(values)}, = {_VALUES_TOOL}()", session)
+    finally:
+        engine.set_tools(session, dict(tools) or None)
+    if result.status != "ok":
+        raise ValueError(f"could not set {', '.join(values)}: {result.to_observation()}")
+    return result
