@@ -101,7 +101,11 @@ class ReplEngine:
         self._session_tools: dict[str, dict[str, Tool]] = {}
         self._merged_tools: dict[str, dict[str, Tool]] = {}
         if checked_tools:
-            self._check_tools_supported()
+            try:
+                self._check_tools_supported()
+            except BaseException:
+                self._boundary.close()
+                raise
         self._files = FileTracker()  # what each session's workspace held after its last result
         self._workspaces: dict[str, str] = {}  # session -> its workspace directory, once it has one
         # ---- observability and accounting: budgets, spans, usage, refusal events, history ----

@@ -44,7 +44,75 @@ TIMEOUT_SLACK_S = 10.0
 WAIT_S = 30.0
 
 
-class BoundaryConformance:
+# ---- host tools -----------------------------------------------------------------------------------
+
+TOOL_PROGRAM = (
+    "mine = ['session']\n"
+    "got = lookup('owl', mine)\n"
+    "got['hits'].append('changed here')\n"
+    "try:\n"
+    "    lookup('', mine)\n"
+    "except ToolError as exc:\n"
+    "    failed = str(exc)\n"
+    "try:\n"
+    "    lookup(object(), mine)\n"
+    "except ToolError as exc:\n"
+    "    refused = str(exc)\n"
+    "(got, lookup('owl', mine)['hits'], mine, later('x'), failed, refused[:31])"
+)
+TOOL_PROGRAM_VALUE = (
+    "({'hits': ['owl', 'session', 'changed here']}, ['owl', 'session'], ['session'], 'x!', "
+    "'lookup: nothing to look up', 'lookup: argument 1 is of type o')"
+)
+
+
+def _lookup(q: str, seen: list[str]) -> dict[str, Any]:
+    if not q:
+        raise LookupError("nothing to look up")
+    seen.append("the host's change")  # to its own copy: the session's list stays as it was
+    return {"hits": [q, seen[0]]}
+
+
+async def _later(text: str) -> str:
+    await asyncio.sleep(0.001)
+    return text + "!"
+
+
+class ToolConformance:
+    """Host tools, the same on every boundary that offers them; a boundary that cannot refuses them.
+    Mixed into BoundaryConformance: needs its `make_engine` fixture."""
+
+    def test_the_same_tool_program_gives_the_same_result(self, make_engine: MakeEngine) -> None:
+        tools = {"lookup": _lookup, "later": _later}
+        probe = make_engine(policy="trusted")
+        if not probe.boundary.supports_tools:
+            with pytest.raises(ValueError, match="cannot offer host tools"):
+                make_engine(policy="standard", tools=tools)
+            return
+        for policy in ("standard", "trusted"):
+            engine = make_engine(policy=policy, tools=tools)
+            result = engine.run(TOOL_PROGRAM, session="tools")
+            assert (result.status, result.value) == ("ok", TOOL_PROGRAM_VALUE), result.error
+            assert result.usage.tool_calls == 4  # the refused call never reached the tool
+
+    def test_a_slow_tool_times_the_run_out_and_the_session_goes_on(self, make_engine: MakeEngine) -> None:
+        release = threading.Event()
+        probe = make_engine(policy="trusted")
+        if not probe.boundary.supports_tools:
+            pytest.skip(f"the {probe.boundary.name} boundary offers no host tools")
+        engine = make_engine(policy="trusted", tools={"slow": lambda: release.wait(WAIT_S)})
+        started = time.monotonic()
+        try:
+            result = engine.run("x = 1\nslow()", session="slow", timeout_s=0.5)
+        finally:
+            release.set()
+        assert result.status in ("timeout", "crashed") and result.error is not None
+        assert result.error.type == "Timeout"
+        assert time.monotonic() - started < 0.5 + TIMEOUT_SLACK_S
+        assert engine.run("x", session="slow").value == "1"
+
+
+class BoundaryConformance(ToolConformance):
     """Subclass and provide a `make_engine` fixture: make_engine(**ReplEngine kwargs) -> ReplEngine."""
 
     @pytest.fixture
@@ -302,7 +370,9 @@ class BoundaryConformance:
         engine = make_engine(policy="trusted", limits=Limits(timeout_s=2))
         cwd = engine.run("import os, time\nos.getcwd()", session="busy").value
         assert cwd is not None
-        marker = Path(ast.literal_eval(cwd)) / "close-test-started"
+        # The session's directory as this host sees it: a container's worker sees only its mount point.
+        workspace = engine.boundary.session_workspace("busy")
+        marker = (workspace.path if workspace else Path(ast.literal_eval(cwd))) / "close-test-started"
         results: list[ExecutionResult | BaseException] = []
 
         def call() -> None:
