@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -136,3 +137,17 @@ def test_the_module_imports_without_smolagents() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout == "GenparkExecutor needs smolagents: install genpark-repl-tools[smolagents]\n"
+
+
+@pytest.mark.slow
+def test_the_example_runs_offline() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "code_mode_smolagents.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    # The tool ran once, on the host; step 2 used step 1's variable; final_answer's value came back.
+    assert done.stdout.count("[host] find_orders('open')") == 1
+    assert "3 open orders" in done.stdout
+    assert "answer: {'big_open_orders': [3, 4], 'open_total': 325.5}\n" in done.stdout
+    assert done.stdout.endswith("session variables: open_orders, big\n")

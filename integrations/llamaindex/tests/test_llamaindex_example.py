@@ -30,3 +30,16 @@ def test_example_runs_offline_and_keeps_sessions_per_conversation() -> None:
     assert "Out: 14.0" in restored
     assert out.rstrip().endswith("sessions: 2; closing bob's: True\nsessions: 1")
     assert proc.stderr == ""
+
+
+@pytest.mark.slow
+def test_code_mode_example_runs_offline() -> None:
+    example = EXAMPLE.with_name("code_mode_llamaindex.py")
+    proc = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    # The tool ran once, on the host; step 2 used step 1's variable.
+    assert proc.stdout.count("[host] find_orders('open')") == 1
+    assert "answer: From the orders: big: [3, 4] open total: 325.5\n" in proc.stdout
+    assert proc.stdout.endswith("session variables: open_orders, big\n")

@@ -6,7 +6,10 @@ process (their calls are recorded), and variables stay in the LangGraph thread's
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,3 +121,17 @@ def test_outside_a_thread_the_executor_keeps_its_own_session(engine: ReplEngine)
     assert "Out: 4" in output
     assert new_vars == {}
     assert [v.name for v in engine.variables("mine")] == ["x"]
+
+
+@pytest.mark.slow
+def test_the_example_runs_offline() -> None:
+    example = Path(__file__).resolve().parents[4] / "examples" / "code_mode_langgraph.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    # The tool ran once, on the host; step 2 used step 1's variable.
+    assert done.stdout.count("[host] find_orders('open')") == 1
+    assert "3 open orders" in done.stdout
+    assert "big: [3, 4] open total: 325.5" in done.stdout
+    assert done.stdout.endswith("session variables: open_orders, big\n")
