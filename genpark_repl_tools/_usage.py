@@ -38,6 +38,8 @@ class SessionUsage(BaseModel):
         ),
     )
     wall_s: float = 0.0
+    tool_calls: int = Field(0, description="Host tool calls over all runs.")
+    tool_s: float = Field(0.0, description="Seconds the host spent in those tool calls.")
     peak_memory_mb: float | None = Field(None, description="Highest peak memory a run reported.")
     statuses: dict[str, int] = Field(default_factory=dict, description="Runs per result status.")
     refused: int = Field(0, description="Runs refused because the budget was spent.")
@@ -48,7 +50,18 @@ class SessionUsage(BaseModel):
 
 
 class _Account:
-    __slots__ = ("calls", "count", "cpu_s", "estimated", "peak_mb", "refused", "statuses", "wall_s")
+    __slots__ = (
+        "calls",
+        "count",
+        "cpu_s",
+        "estimated",
+        "peak_mb",
+        "refused",
+        "statuses",
+        "tool_calls",
+        "tool_s",
+        "wall_s",
+    )
 
     def __init__(self) -> None:
         self.calls = 0
@@ -59,6 +72,8 @@ class _Account:
         self.peak_mb: float | None = None
         self.statuses: dict[str, int] = {}
         self.refused = 0
+        self.tool_calls = 0
+        self.tool_s = 0.0
 
 
 class Ledger:
@@ -164,6 +179,9 @@ class Ledger:
             account.cpu_s += cpu_s
             if estimated:
                 account.estimated = True
+            if usage.tool_calls:
+                account.tool_calls += usage.tool_calls
+                account.tool_s += usage.tool_ms / 1000
             if peak is not None and (account.peak_mb is None or peak > account.peak_mb):
                 account.peak_mb = peak
             statuses = account.statuses
@@ -179,6 +197,8 @@ class Ledger:
                 cpu_s=round(account.cpu_s, 6),
                 cpu_estimated=account.estimated,
                 wall_s=round(account.wall_s, 6),
+                tool_calls=account.tool_calls,
+                tool_s=round(account.tool_s, 6),
                 peak_memory_mb=account.peak_mb,
                 statuses=dict(account.statuses),
                 refused=account.refused,

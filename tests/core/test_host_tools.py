@@ -251,6 +251,7 @@ def test_max_tool_calls_limits_one_run(session: str) -> None:
             )
             assert result.usage.tool_calls == 2
             assert _ok(engine.run("search('q', limit=1)", session)).usage.tool_calls == 1  # per run
+            assert engine.usage(session).tool_calls == 3  # the session's total
 
 
 def test_each_call_is_in_the_audit_trail(session: str) -> None:
