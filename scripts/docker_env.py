@@ -15,8 +15,9 @@ second:
   beside the image's cache and deleted once imported; it is never deleted while anything is mounted under it,
   and nothing of the host (its /dev in particular) is ever bound into it;
 - the test image: `genpark-repl image build` of this checkout on the base image, with a probe package that
-  exists only in the image (genpark_image_probe, a wheel written here). Its tag carries a digest of the
-  package's sources, so an edit rebuilds it.
+  exists only in the image (genpark_image_probe, a wheel written here) and tqdm. Its tag carries a digest
+  of the package's sources, so an edit rebuilds it (and removes the older test images). Run it with the
+  checkout's venv Python (.venv/bin/python): the build runs this package's CLI.
 """
 
 from __future__ import annotations
@@ -207,7 +208,8 @@ def ensure_test_image(base: str) -> str:
     work.mkdir(parents=True)
     wheel = _probe_wheel(work)
     requirements = work / "requirements.txt"
-    requirements.write_text(f"{wheel}\n")
+    # tqdm: the conformance suite checks its progress bars inside a session.
+    requirements.write_text(f"{wheel}\ntqdm\n")
     _log(f"building {tag} ...")
     subprocess.run(
         [
@@ -226,6 +228,11 @@ def ensure_test_image(base: str) -> str:
         check=True,
         cwd=CHECKOUT,
     )
+    # Earlier test images (older sources) are of no further use; layers they share with this one stay.
+    listed = _docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", TEST_IMAGE, check=False)
+    stale = [name for name in listed.stdout.split() if name != tag]
+    if stale:
+        _docker("image", "rm", *stale, check=False)
     return tag
 
 

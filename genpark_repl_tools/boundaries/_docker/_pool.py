@@ -333,7 +333,9 @@ class ContainerPool:
         return worker
 
     def resume(self, dead: WorkerHandle, execution_count: int) -> WorkerHandle:
-        pool = self._pool_of(dead)
+        pool = self._disown(dead)  # kept by retire() for this
+        if pool is None:
+            raise BoundaryError("the container holding this session's checkpoint is gone")
         worker = pool.resume(dead, execution_count)
         self._own(worker, pool)
         return worker
@@ -355,12 +357,13 @@ class ContainerPool:
         *,
         keep_checkpoint: bool = False,
     ) -> int | None:
-        pool = self._disown(worker)
+        pool = self._pool_of(worker, missing_ok=True)
         if pool is None:
             worker.close()
             return None
         code = pool.retire(worker, drain, keep_checkpoint=keep_checkpoint)
         if not worker.checkpoint:  # nothing left in the container to roll back to: it goes
+            self._disown(worker)
             self._drop(pool.launch.session, pool)
         return code
 
