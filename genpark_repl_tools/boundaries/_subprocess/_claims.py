@@ -6,13 +6,19 @@ Every claim is built from what the zygote detected (`hello`) and what its probe 
 
 from __future__ import annotations
 
+import math
 import signal
 from typing import Any, Literal
 
 from ..._limits import Limits
-from ..._models import ErrorInfo, Status
+from ..._models import ErrorInfo, ExecutionResult, Status
 
-__all__ = ["Lost", "enforced", "explain_exit", "lost_call", "unavailable"]
+__all__ = ["Lost", "enforced", "explain_exit", "implausible", "lost_call", "unavailable"]
+
+# What a worker's text fields may hold beyond their limit: the marker a cut text carries.
+_MARKER_SLACK = 200
+# A worker's own timing of a call against the host's: clock reads on either side of a socket.
+_CLOCK_SLACK_MS = 1000.0
 
 # How a call lost its worker: an interrupt or the deadline killed it, the session was closed under
 # it, it sent an invalid reply, or its process ended by itself.
@@ -84,9 +90,10 @@ def unavailable(hello: dict[str, Any]) -> dict[str, str]:
 
 
 def lost_call(
-    how: Lost, code: int | None, elapsed: float, timeout: float, limits: Limits
+    how: Lost, code: int | None, elapsed: float, timeout: float, limits: Limits, reason: str | None = None
 ) -> tuple[Status, ErrorInfo]:
-    """The status and error of a call whose worker was stopped or ended under it."""
+    """The status and error of a call whose worker was stopped or ended under it (`reason`: what
+    made an invalid reply invalid, from `implausible`)."""
     if how == "interrupted":
         return "cancelled", ErrorInfo(
             type="Cancelled",
@@ -117,7 +124,11 @@ def lost_call(
     if how == "invalid":
         return "crashed", ErrorInfo(
             type="WorkerCrashed",
-            message="the worker process sent an invalid reply and was stopped",
+            message=(
+                f"the worker process sent an impossible result ({reason[:200]}) and was stopped"
+                if reason
+                else "the worker process sent an invalid reply and was stopped"
+            ),
             hint=_LOST_SESSION,
         )
     return "crashed", ErrorInfo(
@@ -125,6 +136,38 @@ def lost_call(
         message=explain_exit(code, limits),
         hint=f"{_LOST_SESSION} Re-create what you need and avoid what ended the process.",
     )
+
+
+def implausible(result: ExecutionResult, limits: Limits, count: int, elapsed_s: float) -> str | None:
+    """Why a worker's result cannot be true, or None: the figures the host keeps or adds up must be
+    finite, non-negative and possible (no longer than the host saw the call take, one run past the
+    session's count at most), and text the host passes on must be within the limits the worker
+    enforces. The schema checks types only. `count`: the session's execution count before the
+    call; `elapsed_s`: how long the host waited for the reply. A compromised worker (anything
+    `trusted` code in the sandbox can do) is stopped on the first such reply."""
+    if not 0 <= result.execution_count <= count + 1:
+        return f"execution_count {result.execution_count} after {count} runs"
+    figures = {
+        "duration_ms": result.duration_ms,
+        "cpu_ms": result.usage.cpu_ms,
+        "peak_memory_mb": result.usage.peak_memory_mb,
+    }
+    for name, value in figures.items():
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            return f"{name} {value!r}"
+    if result.duration_ms > elapsed_s * 1000 + _CLOCK_SLACK_MS:
+        return f"duration_ms {result.duration_ms:g} for a call that took {elapsed_s * 1000:.0f} ms"
+    texts = {
+        "stdout": (result.stdout, limits.max_output_chars),
+        "stderr": (result.stderr, limits.max_output_chars),
+        "value": (result.value or "", limits.max_repr_chars),
+    }
+    for name, (text, limit) in texts.items():
+        if len(text) > limit + _MARKER_SLACK:
+            return f"{len(text):,} characters of {name} (limit {limit:,})"
+    if len(result.attachments) > limits.max_figures:
+        return f"{len(result.attachments)} attachments (limit {limits.max_figures})"
+    return None
 
 
 def rolled_back_hint(how: Lost) -> str | None:
