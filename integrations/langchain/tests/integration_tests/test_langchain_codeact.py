@@ -111,7 +111,9 @@ async def test_async_eval_fn_with_a_langchain_tool_and_seeded_values(engine: Rep
     assert "caught: convert" in output  # a missing argument is refused with the tool's name
     assert "9.0" in output
     assert done["context"] == state["context"]  # new_vars is empty: the values live in the session
-    assert {v.name for v in engine.variables("t")} >= {"amount", "rate"}
+    # Python 3.10's asyncio cannot hand LangGraph's config to an async node: the default session then.
+    session = "t" if sys.version_info >= (3, 11) else executor.default_session
+    assert {v.name for v in engine.variables(session)} >= {"amount", "rate"}
 
 
 def test_outside_a_thread_the_executor_keeps_its_own_session(engine: ReplEngine) -> None:
