@@ -702,6 +702,11 @@ def render_document(results: dict[str, Any]) -> str:
 
         out.title("Checkpoints (subprocess boundary)", 2)
         out.text(checkpoints.markdown(results["checkpoints"]))
+    if results.get("host_tools"):  # benchmarks/host_tools.py, run by run.py
+        import host_tools
+
+        out.title("Host tools called from session code", 2)
+        out.text(host_tools.markdown(results["host_tools"]))
     return str(out)
 
 

@@ -298,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = _report.collect(found, keys, done, s, machine)
     results["checkpoints"] = _checkpoints(args.python, s.quick)
+    results["host_tools"] = _host_tools(args.python, s.quick)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print(_report.render(results, markdown=False))
@@ -320,6 +321,21 @@ def _checkpoints(python: str, quick: bool) -> dict[str, Any] | None:
             figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             print(f"checkpoint benchmark skipped: {exc}", file=sys.stderr)
+            return None
+    return figures
+
+
+def _host_tools(python: str, quick: bool) -> dict[str, Any] | None:
+    """benchmarks/host_tools.py's figures (None if it failed), bounded in time."""
+    counts = ["--calls", "500", "--rounds", "3"] if quick else []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "host_tools.json"
+        script = Path(__file__).with_name("host_tools.py")
+        try:
+            subprocess.run([python, str(script), "--json", str(out), *counts], check=True, timeout=600)
+            figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            print(f"host tools benchmark skipped: {exc}", file=sys.stderr)
             return None
     return figures
 
