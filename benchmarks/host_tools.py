@@ -18,6 +18,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def rows(calls: int, rounds: int) -> list[dict[str, Any]]:
         cases.append(("subprocess", "standard"))
     found = []
     for boundary, policy in cases:
-        tools = {"ping": ping, "search": search}
+        tools: dict[str, Callable[..., Any]] = {"ping": ping, "search": search}
         with ReplEngine(policy=policy, boundary=boundary, limits=_LIMITS, tools=tools) as engine:
             for tool in ("ping", "search"):
                 n = calls if boundary == "inprocess" else max(1, calls // 4)

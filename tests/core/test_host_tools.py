@@ -10,7 +10,7 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,7 @@ def deep() -> Any:
     return value
 
 
-TOOLS = {
+TOOLS: dict[str, Callable[..., Any]] = {
     "search": search,
     "record": record,
     "host_list": host_list,
