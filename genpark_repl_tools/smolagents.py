@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from ._engine import ReplEngine
 from ._exceptions import MissingDependency
-from ._models import ExecutionResult
 
 if TYPE_CHECKING:
     from smolagents.local_python_executor import CodeOutput  # type: ignore[import-untyped]
@@ -40,7 +39,8 @@ class ExecutionFailed(Exception):
 
 
 class _Answered(Exception):
-    """Raised by the host's `final_answer` so the session's code stops there, as smolagents expects."""
+    """Raised by the host's `final_answer` (and any tool called after it in the step) so the session's
+    code stops there, as smolagents expects."""
 
 
 class GenparkExecutor:
@@ -72,16 +72,14 @@ class GenparkExecutor:
 
     def send_tools(self, tools: Mapping[str, Any]) -> None:
         """Make `tools` (smolagents `Tool`s, managed agents, callables) the session's host tools."""
-        found = {name: _host_tool(name, tool) for name, tool in tools.items() if name != _FINAL_ANSWER}
-        if _FINAL_ANSWER in tools:
-            found[_FINAL_ANSWER] = self._final_answer(tools[_FINAL_ANSWER])
+        found = {name: self._host_tool(name, tool) for name, tool in tools.items()}
         self._tools = found
         self.engine.set_tools(self.session, found or None)
 
     def send_variables(self, variables: Mapping[str, Any]) -> None:
         """Set `variables` in the session, each a copy of plain data (as a tool's result would be)."""
         if variables:
-            send_values(self.engine, self.session, self._tools, variables)
+            _send_values(self.engine, self.session, self._tools, variables)
 
     def __call__(self, code_action: str) -> CodeOutput:
         from smolagents.local_python_executor import CodeOutput
@@ -98,12 +96,21 @@ class GenparkExecutor:
         """Frees the session (smolagents calls this when the agent is used as a context manager)."""
         self.engine.close(self.session)
 
-    def _final_answer(self, tool: Any) -> Callable[..., Any]:
-        def final_answer(*args: Any, **kwargs: Any) -> Any:
-            self._answers.append(tool(*args, **kwargs))
-            raise _Answered("answer recorded; the code stops here")
+    def _host_tool(self, name: str, tool: Any) -> Callable[..., Any]:
+        answers = self._answers
 
-        return _described(final_answer, _FINAL_ANSWER, tool)
+        # Nothing runs on the host after the step's answer, even if the code caught the exception that
+        # stopped it (smolagents' own executor stops it with a BaseException, which `except` rarely catches).
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if answers:
+                raise _Answered("the step has ended with final_answer")
+            value = tool(*args, **kwargs)
+            if name == _FINAL_ANSWER:
+                answers.append(value)
+                raise _Answered("answer recorded; the code stops here")
+            return value
+
+        return _described(call, name, tool)
 
 
 def _require_smolagents() -> None:
@@ -115,13 +122,6 @@ def _require_smolagents() -> None:
         ) from exc
     # smolagents' executor interface is an ABC: registering keeps this module free of smolagents until used.
     PythonExecutor.register(GenparkExecutor)
-
-
-def _host_tool(name: str, tool: Any) -> Callable[..., Any]:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return tool(*args, **kwargs)
-
-    return _described(call, name, tool)
 
 
 def _described(function: Callable[..., Any], name: str, tool: Any) -> Callable[..., Any]:
@@ -138,9 +138,9 @@ def _described(function: Callable[..., Any], name: str, tool: Any) -> Callable[.
     return function
 
 
-def send_values(
+def _send_values(
     engine: ReplEngine, session: str, tools: Mapping[str, Callable[..., Any]], values: Mapping[str, Any]
-) -> ExecutionResult:
+) -> None:
     """Assign `values` ({name: value}) in `session` as copies of plain data. They cross like a host
     tool's result: a one-off tool returns them to one run of `a, b, = <tool>()`; then the session's
     tools are `tools` again. Raises ValueError when a name is not a plain identifier or the run fails."""
@@ -155,4 +155,3 @@ def send_values(
         engine.set_tools(session, dict(tools) or None)
     if result.status != "ok":
         raise ValueError(f"could not set {', '.join(values)}: {result.to_observation()}")
-    return result

@@ -110,6 +110,10 @@ def test_the_executor_alone_keeps_state_and_ends_at_final_answer(engine: ReplEng
     assert step.is_final_answer
     assert step.output == {"sum": 2.75}  # a copy of the plain data the code passed
     assert step.logs == "before\n"  # the code stopped at final_answer
+    # Code that swallows final_answer's stop still ends the step there: no tool runs after the answer.
+    step = executor("try:\n    final_answer(1)\nexcept Exception:\n    pass\nlookup_price('fig')")
+    assert (step.output, step.is_final_answer) == (1, True)
+    assert CALLS == ["fig", "pear"]  # the two calls of the first step only
     caught = executor("try:\n    lookup_price('kiwi')\nexcept ToolError as exc:\n    print(exc)")
     assert caught.logs.startswith("lookup_price: ")
     with pytest.raises(ExecutionFailed, match="ZeroDivisionError"):
