@@ -2,7 +2,7 @@
 
 Offline: a scripted stand-in plays the model, so this needs no key and no network.
 
-    pip install langgraph-codeact
+    pip install --no-deps langgraph-codeact   # its release pins langgraph<0.4, yet runs on 1.x
     .venv/bin/python examples/code_mode_langgraph.py [--boundary inprocess]
 
 The agent's tool (`find_orders`) is a host tool: the model's code calls it in the sandboxed session,
