@@ -155,6 +155,9 @@ class _DockerZygoteClient(ZygoteClient):
             proc.kill()
             proc.wait()
         self._launch.remove()
+        if self._stderr is not None:  # its text is in the error raised already
+            self._stderr.close()
+        self._proc = self._stderr = None
         with self._cond:
             self._dead = True
             self._cond.notify_all()
