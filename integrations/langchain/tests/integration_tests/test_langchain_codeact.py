@@ -125,6 +125,17 @@ def test_outside_a_thread_the_executor_keeps_its_own_session(engine: ReplEngine)
     assert [v.name for v in engine.variables("mine")] == ["x"]
 
 
+def test_a_langchain_tool_in_locals_is_called_with_its_arguments(engine: ReplEngine) -> None:
+    @tool
+    def scale(amount: float, factor: float) -> float:
+        """Multiplies an amount by a factor."""
+        return amount * factor
+
+    executor = GenparkCodeExecutor(engine, default_session="mine")
+    output, _ = executor.eval_fn("scale(amount=2, factor=1.5)", {"scale": scale})
+    assert "Out: 3.0" in output
+
+
 @pytest.mark.slow
 def test_the_example_runs_offline() -> None:
     example = Path(__file__).resolve().parents[4] / "examples" / "code_mode_langgraph.py"
