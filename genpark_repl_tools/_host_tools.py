@@ -53,6 +53,7 @@ __all__ = [
 MAX_DEPTH = 32  # levels of nested lists, tuples and dicts in one argument or result
 MAX_DATA_BYTES = 16 * 1024 * 1024  # packed size of one call's arguments, and of one result
 _MAX_MESSAGE_CHARS = 2000
+_MAX_NAME_CHARS = 80
 _MAX_USAGE_CHARS = 300
 _MAX_DOC_CHARS = 2000
 _RECORDS_KEPT = 1000  # tool calls recorded per run for the audit trail (the count is exact)
@@ -207,6 +208,8 @@ def unpack(data: bytes) -> Any:
     Reads what a sandboxed worker sent, so it trusts nothing: every length is checked against what
     is left, nesting is bounded, and only the plain types above are ever made.
     """
+    if len(data) > MAX_DATA_BYTES + 64:  # a call adds its name and a few bytes of framing
+        raise ValueError(f"malformed tool data: more than {MAX_DATA_BYTES:,} bytes")
     try:
         value, end = _read(data, 0, 0)
     except (IndexError, struct.error, UnicodeDecodeError, RecursionError) as exc:
@@ -457,17 +460,18 @@ class ToolRun:
                 call = unpack(payload)
                 if type(call) is not tuple or len(call) != 3:
                     raise ValueError("malformed tool call")
-                name, args, kwargs = call
-                if type(name) is not str or type(args) is not tuple or type(kwargs) is not dict:
+                asked, args, kwargs = call
+                if type(asked) is not str or type(args) is not tuple or type(kwargs) is not dict:
                     raise ValueError("malformed tool call")
             except ValueError as exc:
-                name = name if type(name) is str else "?"
-                message = f"{name}: {exc}"
+                message = f"tool call refused: {exc}"
                 return b"E" + message.encode("utf-8", "surrogatepass")
-            tool = self.tools.get(name)
-            if tool is None:
+            tool = self.tools.get(asked)
+            if tool is None:  # the name the session sent is its own text: shown cut and cleaned
+                name = clean(asked[:_MAX_NAME_CHARS])
                 message = f"{name}: no such tool in this session"
                 return b"E" + message.encode("utf-8", "surrogatepass")
+            name = tool.name
             with self._lock:
                 if self.max_calls is not None and self.calls >= self.max_calls:
                     message = (

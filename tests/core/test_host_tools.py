@@ -408,3 +408,26 @@ def test_the_packed_form_round_trips_plain_data_and_refuses_the_rest() -> None:
 
 def test_tool_error_is_exported() -> None:
     assert issubclass(ToolError, Exception)
+
+
+def test_the_host_refuses_malformed_calls_as_a_hostile_worker_could_send_them() -> None:
+    from genpark_repl_tools._host_tools import MAX_DATA_BYTES, ToolRun, check_tools
+
+    run = ToolRun(check_tools({"search": search}), max_calls=None)
+    run.begin(5.0)
+    long_name = "x" * 10_000
+    for payload, said in [
+        (b"garbage", b"Etool call refused: malformed tool data"),
+        (pack(["search", ("a",), {}]), b"Etool call refused: malformed tool call"),
+        (pack(("search", "a", {})), b"Etool call refused: malformed tool call"),
+        (b"l\xff\xff\xff\xff", b"Etool call refused: malformed tool data: a count past the end"),
+        (
+            b"s" + (MAX_DATA_BYTES + 100).to_bytes(4, "big") + b"x" * (MAX_DATA_BYTES + 100),
+            b"Etool call refused",
+        ),
+        (pack((long_name, (), {})), b"E" + b"x" * 80 + b": no such tool in this session"),
+    ]:
+        assert run.serve(payload).startswith(said)
+    assert run.calls == 0
+    assert run.serve(pack(("search", ("a",), {"limit": 1}))) == b"R" + pack(["a-0"])
+    assert [(tool[:10], outcome) for tool, outcome, _, _ in run.records][-1] == ("search", "ok")

@@ -403,7 +403,11 @@ class _Worker:
             return b"E" + b"tools can be called only while the session's code runs"
         self.tool_calls += 1
         number = self.tool_calls
-        self.sock.sendall(P.encode(P.TOOL_CALL, P.TOOL_CALL_HEAD.pack(number) + payload, self.current))
+        gone = b"E" + b"the host is gone; the tool could not be called"
+        try:
+            self.sock.sendall(P.encode(P.TOOL_CALL, P.TOOL_CALL_HEAD.pack(number) + payload, self.current))
+        except OSError:
+            return gone
         poller = select.poll()
         poller.register(self.sock.fileno(), select.POLLIN)
         while True:
@@ -411,9 +415,12 @@ class _Worker:
             if frame is None:
                 if not poller.poll(_TOOL_WAIT_SLICE_MS):
                     continue
-                data = self.sock.recv(1 << 16)
+                try:
+                    data = self.sock.recv(1 << 16)
+                except OSError:
+                    data = b""
                 if not data:
-                    return b"E" + b"the host closed the connection"
+                    return gone
                 self.frames.feed(data)
                 continue
             kind, rid, reply = frame
