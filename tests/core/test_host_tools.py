@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from genpark_repl_tools import ExecutionResult, Limits, ReplEngine, ToolError
+from genpark_repl_tools import ExecutionResult, Limits, ReplEngine, ResultEvent, ToolError
 from genpark_repl_tools._events import AuditEvent
 from genpark_repl_tools._host_tools import MAX_DEPTH, pack, unpack
 
@@ -431,3 +431,34 @@ def test_the_host_refuses_malformed_calls_as_a_hostile_worker_could_send_them() 
     assert run.calls == 0
     assert run.serve(pack(("search", ("a",), {"limit": 1}))) == b"R" + pack(["a-0"])
     assert [(tool[:10], outcome) for tool, outcome, _, _ in run.records][-1] == ("search", "ok")
+
+
+def test_an_interrupt_stops_a_run_waiting_for_a_tool(engine: ReplEngine, session: str) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck() -> None:
+        entered.set()
+        release.wait(10)
+
+    engine.set_tools(session, {"stuck": stuck})
+    done: list[ExecutionResult] = []
+    runner = threading.Thread(target=lambda: done.append(engine.run("kept = 1\nstuck()", session)))
+    runner.start()
+    try:
+        assert entered.wait(10)
+        assert engine.interrupt(session)
+        runner.join(10)
+    finally:
+        release.set()
+        runner.join(10)
+    assert done and done[0].status in ("cancelled", "crashed"), done
+    assert _ok(engine.run("kept", session)).value == "1"
+
+
+def test_a_streamed_run_calls_tools_too(engine: ReplEngine, session: str) -> None:
+    events = list(engine.stream("print(search('a', limit=2))", session))
+    text = "".join(getattr(e, "text", "") for e in events)
+    assert "['a-0', 'a-1']" in text
+    final = events[-1]
+    assert isinstance(final, ResultEvent)
+    assert final.result.usage.tool_calls == 1
