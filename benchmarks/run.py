@@ -299,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     results = _report.collect(found, keys, done, s, machine)
     results["checkpoints"] = _checkpoints(args.python, s.quick)
     results["host_tools"] = _host_tools(args.python, s.quick)
+    results["container"] = _container(args.python, s.quick)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print(_report.render(results, markdown=False))
@@ -336,6 +337,22 @@ def _host_tools(python: str, quick: bool) -> dict[str, Any] | None:
             figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             print(f"host tools benchmark skipped: {exc}", file=sys.stderr)
+            return None
+    return figures
+
+
+def _container(python: str, quick: bool) -> dict[str, Any] | None:
+    """benchmarks/container.py's figures (None without Docker, or if it failed), bounded in time; its
+    table is printed here (the report leaves it out until the lead places it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "container.json"
+        script = Path(__file__).with_name("container.py")
+        sessions = ["--sessions", "5" if quick else "20"]
+        try:
+            subprocess.run([python, str(script), "--json", str(out), *sessions], check=True, timeout=900)
+            figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            print(f"container benchmark skipped: {exc}", file=sys.stderr)
             return None
     return figures
 

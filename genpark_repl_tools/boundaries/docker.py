@@ -54,6 +54,8 @@ class DockerBoundary(SubprocessBoundary):
                         engine given the same id removes what an earlier one left
         docker          the docker CLI to run (default "docker")
         start_timeout_s how long a container may take to connect (default 30)
+        warm_containers containers kept started ahead for new sessions (default 0): a new session
+                        takes one and is ready in milliseconds; each costs a zygote's memory while it waits
     Memory is Limits.memory_mb (default 4096) inside, plus 128 MiB for the zygote in the container's cap.
     """
 
@@ -76,6 +78,7 @@ class DockerBoundary(SubprocessBoundary):
         engine_id: str | None = None,
         docker: str = "docker",
         start_timeout_s: float = 30.0,
+        warm_containers: int = 0,
         session_ttl_s: float | None = 600.0,
         max_workers: int | None = 32,
         preload: Iterable[str] = (),
@@ -106,6 +109,9 @@ class DockerBoundary(SubprocessBoundary):
             docker=docker,
             start_timeout_s=start_timeout_s,
         )
+        if warm_containers < 0:
+            raise ValueError("warm_containers must be >= 0")
+        self._warm = warm_containers
         _cli.check_image(self.container)
         _cli.reap_orphans(self.container)
         super().__init__(
@@ -141,11 +147,11 @@ class DockerBoundary(SubprocessBoundary):
         sandbox = {**config["sandbox"], "uid": None, "gid": None, "read_paths": []}
         config = {**config, "sandbox": sandbox, "workspace_root": "/tmp"}
         # The same interface as WorkerPool, one container per session.
-        return ContainerPool(config, env, limits, max_workers, self.container, self._root / ".probe")  # type: ignore[return-value]
+        return ContainerPool(config, env, limits, max_workers, self.container, self._root, self._warm)  # type: ignore[return-value]
 
     def describe(self) -> dict[str, Any]:
         description = super().describe()
-        description["container"] = self.container.describe()
+        description["container"] = {**self.container.describe(), "warm_containers": self._warm}
         description["workspace_mount"] = f"{description['workspace_root']}/<session> -> {CONTAINER_WORKSPACE}"
         return description
 

@@ -257,7 +257,13 @@ class _ContainerWorkerPool(WorkerPool):
 
 class ContainerPool:
     """The container boundary's worker pool: the subprocess boundary's interface, one container per
-    session (a `_ContainerWorkerPool` each), and the `max_workers` cap over all of them."""
+    session (a `_ContainerWorkerPool` each), and the `max_workers` cap over all of them.
+
+    With `warm` > 0 it keeps that many containers started ahead, each with its zygote ready and an
+    empty directory of its own mounted at /workspace. A new session (one whose workspace does not
+    exist yet) takes one: its directory is renamed to the session's workspace (the mount follows the
+    directory, not its name), and a replacement starts in the background.
+    """
 
     def __init__(
         self,
@@ -266,19 +272,26 @@ class ContainerPool:
         limits: Limits,
         max_workers: int | None,
         settings: ContainerSettings,
-        probe_dir: Path,
+        root: Path,
+        warm: int = 0,
     ) -> None:
         self.limits = limits
         self.max_workers = max_workers
         self.settings = settings
         self._config = config
         self._env = env
-        self._probe_dir = probe_dir
+        self._root = root
+        self._probe_dir = root / ".probe"
         self._lock = threading.Lock()
         self._pools: dict[str, _ContainerWorkerPool] = {}  # per session
         self._owners: dict[int, tuple[WorkerHandle, _ContainerWorkerPool]] = {}  # id(worker) -> its pool
         self._hello: dict[str, Any] | None = None
         self._starting = 0
+        self._warm_target = warm
+        self._warm: list[_ContainerWorkerPool] = []
+        self._fillers: list[threading.Thread] = []
+        self._closed = False
+        self._refill()
 
     # ---- what the subprocess boundary calls ----------------------------------------------------
 
@@ -287,13 +300,11 @@ class ContainerPool:
         with self._lock:
             if self._hello is not None:
                 return self._hello
-            pools = list(self._pools.values())
+            pools = list(self._pools.values()) + self._warm
         if pools:
             hello = pools[0].hello()
         else:
-            self._probe_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if os.geteuid() == 0:
-                os.chown(self._probe_dir, self.settings.uid, self.settings.gid)
+            self._make_dir(self._probe_dir)
             probe = self._new_pool("(probe)", self._probe_dir)
             try:
                 hello = probe.hello()
@@ -319,14 +330,20 @@ class ContainerPool:
                         "engine.close(session) or raise max_workers"
                     )
                 self._starting += 1
+                # A warm container can only take a new workspace (its empty directory becomes it).
+                warm = self._warm.pop(0) if self._warm and not workspace.exists() else None
         if pool is None:  # start its container outside the lock (the session's own lock is held)
             try:
-                pool = self._new_pool(session, workspace)
+                pool = self._adopt(warm, session, workspace) if warm is not None else None
+                if pool is None:
+                    pool = self._new_pool(session, workspace)
             finally:
                 with self._lock:
                     self._starting -= 1
             with self._lock:
                 self._pools[session] = pool
+            if warm is not None:
+                self._refill()
         try:
             worker = pool.start(session, workspace, restarted=restarted)
         except BaseException:
@@ -347,6 +364,8 @@ class ContainerPool:
         self, session: str, worker: WorkerHandle, out: OutputSink | None = None, err: OutputSink | None = None
     ) -> None:
         pool = self._pool_of(worker)
+        if pool is None:
+            raise BoundaryError(f"the container of session {session!r} is gone")
         try:
             pool.await_ready(session, worker, out, err)
         except BaseException:
@@ -360,7 +379,7 @@ class ContainerPool:
         *,
         keep_checkpoint: bool = False,
     ) -> int | None:
-        pool = self._pool_of(worker, missing_ok=True)
+        pool = self._pool_of(worker)
         if pool is None:
             worker.close()
             return None
@@ -371,24 +390,32 @@ class ContainerPool:
         return code
 
     def kill(self, worker: WorkerHandle) -> None:
-        pool = self._pool_of(worker, missing_ok=True)
+        pool = self._pool_of(worker)
         if pool is not None:
             pool.kill(worker)
 
     def interrupt(self, worker: WorkerHandle) -> None:
-        pool = self._pool_of(worker, missing_ok=True)
+        pool = self._pool_of(worker)
         if pool is not None:
             pool.interrupt(worker)
 
     def stop_zygote(self) -> None:
         with self._lock:
-            pools = list(self._pools.values())
+            self._closed = True
+            fillers = list(self._fillers)
+        for filler in fillers:  # a container being started now must not appear after the sweep below
+            filler.join(self.settings.start_timeout_s + 5)
+        with self._lock:
+            pools = list(self._pools.values()) + self._warm
             self._pools.clear()
+            self._warm.clear()
         for pool in pools:
             # QUIT: the zygote kills its workers and exits; the container (its PID 1) ends with it.
             with contextlib.suppress(Exception):
                 pool.zygote.close(timeout=2.0)
         _cli.remove_labelled(self.settings)  # anything the engine started that is still there
+        for folder in self._root.glob(".warm-*"):
+            shutil.rmtree(folder, ignore_errors=True)
 
     def close_handles(self) -> None:
         with self._lock:
@@ -408,6 +435,55 @@ class ContainerPool:
             self._config, self._env, self.limits, _Launch(self.settings, session, workspace)
         )
 
+    def _make_dir(self, folder: Path) -> None:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if os.geteuid() == 0:  # the container's user writes there
+            os.chown(folder, self.settings.uid, self.settings.gid)
+
+    def _refill(self) -> None:
+        """Start warm containers in the background until there are `warm` of them (ready or starting)."""
+        with self._lock:
+            self._fillers = [t for t in self._fillers if t.is_alive()]
+            needed = self._warm_target - len(self._warm) - len(self._fillers)
+            if self._closed or needed <= 0:
+                return
+            for _ in range(needed):
+                filler = threading.Thread(target=self._fill_one, name="genpark-repl-docker-warm", daemon=True)
+                self._fillers.append(filler)
+                filler.start()
+
+    def _fill_one(self) -> None:
+        folder = self._root / f".warm-{os.urandom(6).hex()}"
+        pool = None
+        try:
+            self._make_dir(folder)
+            pool = self._new_pool("", folder)
+            pool.hello()  # ready: imports done, sandbox prepared, a spare worker forked
+        except Exception:  # Docker failing: the next new session starts cold and says why
+            if pool is not None:
+                pool.shutdown()
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        with self._lock:
+            if not self._closed:
+                self._warm.append(pool)
+                return
+        pool.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def _adopt(
+        self, warm: _ContainerWorkerPool, session: str, workspace: Path
+    ) -> _ContainerWorkerPool | None:
+        """A warm container as `session`'s: its directory becomes the session's workspace."""
+        try:
+            os.rename(warm.launch.workspace, workspace)
+        except OSError:
+            warm.shutdown()
+            shutil.rmtree(warm.launch.workspace, ignore_errors=True)
+            return None
+        warm.launch.workspace, warm.launch.session = workspace, session
+        return warm
+
     def _drop(self, session: str, pool: _ContainerWorkerPool) -> None:
         with self._lock:
             if self._pools.get(session) is pool:
@@ -423,14 +499,10 @@ class ContainerPool:
             entry = self._owners.pop(id(worker), None)
         return entry[1] if entry is not None else None
 
-    def _pool_of(self, worker: WorkerHandle, *, missing_ok: bool = False) -> Any:
+    def _pool_of(self, worker: WorkerHandle) -> _ContainerWorkerPool | None:
         with self._lock:
             entry = self._owners.get(id(worker))
-        if entry is None:
-            if missing_ok:
-                return None
-            raise BoundaryError("this worker's container is gone")
-        return entry[1]
+        return entry[1] if entry is not None else None
 
 
 def _json(value: Any) -> bytes:
