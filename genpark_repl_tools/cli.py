@@ -203,6 +203,12 @@ _DOCKER_FLAGS: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
     ("--pids-limit", int, "N", "docker boundary: processes per container (default: 256)"),
     ("--workspace-root", str, "DIR", "docker boundary: host directory holding the session workspaces"),
     ("--workspace-allow", str, "DIR", "docker boundary: a root workspace-root must lie under (repeatable)"),
+    (
+        "--warm-containers",
+        int,
+        "N",
+        "docker boundary: containers started ahead for new sessions (default: 0)",
+    ),
 )
 
 
@@ -462,7 +468,7 @@ def _make_engine(
         if hasattr(args, flag[2:].replace("-", "_"))
     }
     if given and options["boundary"] != "docker":
-        raise UsageError(f"{', '.join(given)} need --boundary docker")
+        raise UsageError(f"{', '.join(given)}: container settings, used only with --boundary docker")
     if given:
         names = {"--workspace-allow": "workspace_allowlist"}
         options.update({names.get(flag, flag[2:].replace("-", "_")): value for flag, value in given.items()})

@@ -9,6 +9,7 @@ written here is the one docs/container.md shows for teams with their own pipelin
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,17 @@ def _package_wheel(into: Path) -> Path:
     __version__ = sys.modules[__name__.partition(".")[0]].__version__
     checkout = Path(__file__).resolve().parents[3]
     if (checkout / "pyproject.toml").exists() and (checkout / "genpark_repl_tools").is_dir():
+        # Built from a clean copy: an in-tree build reuses build/lib, where a module deleted from
+        # the checkout would live on and be installed in the image.
+        source = into.parent / "source"
+        shutil.copytree(
+            checkout / "genpark_repl_tools",
+            source / "genpark_repl_tools",
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (checkout / name).exists():
+                shutil.copy2(checkout / name, source / name)
         _run(
             [
                 sys.executable,
@@ -73,10 +85,11 @@ def _package_wheel(into: Path) -> Path:
                 "--no-build-isolation",
                 "-w",
                 str(into),
-                str(checkout),
+                str(source),
             ],
             "pip wheel of this checkout",
         )
+        shutil.rmtree(source)
     else:
         _run(
             [
@@ -142,19 +155,6 @@ def build_image(
         _run(
             [docker, "build", "--network", "none", "--build-arg", f"BASE={base}", "--tag", tag, str(context)],
             f"docker build of {tag}",
-            env={**_env(), "DOCKER_BUILDKIT": "0"},
+            env={**os.environ, "DOCKER_BUILDKIT": "0"},  # the classic builder: no BuildKit needed
         )
     return _run([docker, "image", "inspect", "--format", "{{.Id}}", tag], "docker image inspect").strip()
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
-
-
-def which_docker(docker: str) -> str:
-    found = shutil.which(docker)
-    if found is None:
-        raise BoundaryError(f"the docker CLI ({docker!r}) is not installed or not on PATH")
-    return found
