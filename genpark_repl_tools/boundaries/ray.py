@@ -30,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
 from .._exceptions import BoundaryError, CapacityError
+from .._host_tools import POOL, ToolRun
 from .._limits import Limits
 from .._models import ErrorInfo, ExecutionResult, VariableInfo
 from .._session import DESCRIBE_BUDGET_S, SessionTable, not_defined
@@ -106,6 +107,30 @@ class _Relay:
         self.received = max(self.received, first + len(items))
 
 
+class _ToolRelay:
+    """The caller's side of the host tools of one call: takes the calls waiting on the host with its
+    polls, runs each on a host thread of this process (where the tools are) and sends the answer."""
+
+    __slots__ = ("rid", "tools")
+
+    def __init__(self, tools: ToolRun, rid: str) -> None:
+        self.tools = tools
+        self.rid = rid
+
+    def poll(self, host: Any) -> Any:
+        return host.tool_calls.remote(self.rid, _POLL_S)
+
+    def deliver(self, host: Any, calls: list[tuple[int, bytes]]) -> None:
+        for seq, payload in calls:
+
+            def serve(payload: bytes, seq: int = seq) -> bytes:
+                reply = self.tools.serve(payload)
+                host.tool_reply.remote(self.rid, seq, reply)
+                return reply
+
+            POOL.submit(serve, payload)
+
+
 class RayBoundary(BaseBoundary):
     """Places each session on one node of a Ray cluster; the node runs it in a SubprocessBoundary.
 
@@ -134,6 +159,7 @@ class RayBoundary(BaseBoundary):
     """
 
     name = "ray"
+    supports_tools = True
 
     def __init__(
         self,
@@ -319,7 +345,15 @@ class RayBoundary(BaseBoundary):
         timeout = request.timeout_s if request.timeout_s is not None else self.limits.timeout_s
         rid = uuid.uuid4().hex
         relay = None if request.on_output is None else _Relay(request.on_output, rid)
-        if relay is None:  # not streamed: the host's reply is the result
+        tools = None
+        if request.tools is not None:  # the host runs the code; the tools run here, when it asks
+            request.tools.begin(timeout)
+            tools = _ToolRelay(request.tools, rid)
+            offer = request.tools.offer()
+            ref = host.execute.remote(
+                state.name, request.code, request.timeout_s, rid, relay is not None, offer
+            )
+        elif relay is None:  # not streamed: the host's reply is the result
             ref = host.execute.remote(state.name, request.code, request.timeout_s, rid)
         else:
             ref = host.execute.remote(state.name, request.code, request.timeout_s, rid, True)
@@ -328,7 +362,10 @@ class RayBoundary(BaseBoundary):
             if request.cancelled:  # cancelled between the check in execute and `running` being set
                 host.interrupt.remote(state.name, rid)
             deadline = time.monotonic() + timeout + self._kill_grace_s + _REPLY_SLACK_S
-            reply = self._wait(host, ref, deadline, relay)
+            if tools is None:
+                reply = self._wait(host, ref, deadline, relay)
+            else:
+                reply = self._wait_with_tools(host, ref, deadline, relay, tools)
         except _Lost:
             raise
         except BaseException:
@@ -379,6 +416,46 @@ class RayBoundary(BaseBoundary):
                         relay.deliver(*answer)
                 if probe is None:
                     probe = host.ping.remote() if relay is None else relay.poll(host)
+            except RayActorError as exc:
+                raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
+            except GetTimeoutError as exc:
+                raise _Lost("the node holding the session did not answer in time", dead=False) from exc
+
+    def _wait_with_tools(
+        self, host: Any, ref: Any, deadline: float, relay: _Relay | None, tools: _ToolRelay
+    ) -> Any:
+        """`_wait` for a call with host tools: the reply to `ref`, while a long poll of the host
+        (`SessionHost.tool_calls`, which answers as soon as the code calls a tool) brings each tool
+        call here to run. That poll is the liveness check; a streamed call's output poll runs too."""
+        probe: Any = None  # the output poll in flight (streamed calls)
+        tool_probe: Any = None
+        quiet_until = 0.0  # the host had no such call yet (or it ended): poll again after this
+        while True:
+            now = time.monotonic()
+            remaining = deadline - now
+            if remaining <= 0:
+                raise _Lost("the node holding the session did not answer in time", dead=False)
+            try:
+                if tool_probe is None and now >= quiet_until:
+                    tool_probe = tools.poll(host)
+                if relay is not None and probe is None:
+                    probe = relay.poll(host)
+                waiting = [ref, *(p for p in (tool_probe, probe) if p is not None)]
+                ready, _ = ray.wait(waiting, num_returns=1, timeout=min(_STREAM_POLL_S, remaining))
+                if ref in ready:
+                    return ray.get(ref, timeout=_CONTROL_S)
+                if tool_probe is not None and tool_probe in ready:
+                    calls = ray.get(tool_probe, timeout=_CONTROL_S)
+                    tool_probe = None
+                    if calls is None:
+                        quiet_until = time.monotonic() + _STREAM_POLL_S
+                    elif calls:
+                        tools.deliver(host, calls)
+                if probe is not None and probe in ready:
+                    answer = ray.get(probe, timeout=_CONTROL_S)
+                    probe = None
+                    if relay is not None and answer is not None:
+                        relay.deliver(*answer)
             except RayActorError as exc:
                 raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
             except GetTimeoutError as exc:

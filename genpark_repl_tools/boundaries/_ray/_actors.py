@@ -10,6 +10,7 @@ answer as if nothing happened. The boundary notices a dead host and reports the 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ import ray
 
 from ..._boundary import BaseBoundary, ExecutionRequest
 from ..._exceptions import ReplError
+from ..._host_tools import ToolRun
 from ..._limits import Limits
 from ..._models import ExecutionResult
 from ..._stream import join_runs
@@ -94,6 +96,48 @@ class Outbox:
             return self._acked, list(self._items)
 
 
+class RelayedTools(ToolRun):
+    """The host tools of one call, as the actor holds them: only their names and docs. The tools run
+    in the driver: each call waits here (`serve`, on a host thread of the actor) until the driver
+    takes it with a poll (`SessionHost.tool_calls`) and answers it (`SessionHost.tool_reply`)."""
+
+    __slots__ = ("_offer", "_pending", "_replies", "_seq", "_signal")
+
+    def __init__(self, offer: tuple[tuple[str, str], ...]) -> None:
+        super().__init__({}, None)
+        self._offer = offer
+        self._signal = threading.Condition()
+        self._pending: list[tuple[int, bytes]] = []  # calls the driver has not taken yet
+        self._replies: dict[int, bytes] = {}
+        self._seq = 0
+
+    def offer(self) -> tuple[tuple[str, str], ...]:
+        return self._offer
+
+    def serve(self, payload: bytes) -> bytes:
+        with self._signal:
+            self._seq += 1
+            seq = self._seq
+            self._pending.append((seq, payload))
+            self._signal.notify_all()
+            while seq not in self._replies:
+                if not self._signal.wait(timeout=max(0.0, self.deadline - time.monotonic())):
+                    return b"E" + b"the tool's reply did not come before the run's deadline"
+            return self._replies.pop(seq)
+
+    def take(self, wait_s: float) -> list[tuple[int, bytes]]:
+        with self._signal:
+            if not self._pending:
+                self._signal.wait(timeout=wait_s)
+            taken, self._pending = self._pending, []
+            return taken
+
+    def answer(self, seq: int, reply: bytes) -> None:
+        with self._signal:
+            self._replies[seq] = reply
+            self._signal.notify_all()
+
+
 class SessionHost:
     """Runs the requests of the sessions placed on its node, in its own SubprocessBoundary.
 
@@ -123,6 +167,7 @@ class SessionHost:
         self._lock = threading.Lock()
         self._requests: dict[str, ExecutionRequest] = {}  # by request id, while queued or running
         self._outboxes: dict[str, Outbox] = {}  # streamed calls' output, by request id, while running
+        self._tools: dict[str, RelayedTools] = {}  # calls with host tools, by request id, while running
         self._cancelled: OrderedDict[str, None] = OrderedDict()  # interrupted before they arrived
         self.big_results = 0
 
@@ -130,20 +175,32 @@ class SessionHost:
         return str(ray.get_runtime_context().get_node_id())
 
     def execute(
-        self, session: str, code: str, timeout_s: float | None, rid: str, stream: bool = False
+        self,
+        session: str,
+        code: str,
+        timeout_s: float | None,
+        rid: str,
+        stream: bool = False,
+        tools: tuple[tuple[str, str], ...] | None = None,
     ) -> Any:
         """The call's result (or its reference in the object store when big). With `stream`, its
-        output is kept for `output` polls while it runs, and the reply is a `Streamed`."""
+        output is kept for `output` polls while it runs, and the reply is a `Streamed`. With `tools`
+        (the names and docs of the driver's host tools), the code's calls of them wait for the
+        driver, which takes them with `tool_calls` polls and answers with `tool_reply`."""
         request = ExecutionRequest(code=code, session=session, timeout_s=timeout_s)
         outbox = Outbox() if stream else None
         if outbox is not None:
             request.on_output = outbox.put
+        relayed = RelayedTools(tools) if tools else None
+        request.tools = relayed
         with self._lock:
             if self._cancelled.pop(rid, 0) is None:
                 request.cancelled = True
             self._requests[rid] = request
             if outbox is not None:
                 self._outboxes[rid] = outbox
+            if relayed is not None:
+                self._tools[rid] = relayed
         try:
             if self._durable is not None:
                 result = self._durable.run(request, self._boundary.execute)  # lease, restore, run, save
@@ -153,6 +210,7 @@ class SessionHost:
             with self._lock:
                 del self._requests[rid]
                 self._outboxes.pop(rid, None)
+                self._tools.pop(rid, None)
         if outbox is None:
             if _size(result) > BIG_RESULT_CHARS:
                 self.big_results += 1
@@ -172,6 +230,21 @@ class SessionHost:
         with self._lock:
             outbox = self._outboxes.get(rid)
         return None if outbox is None else outbox.take(acked)
+
+    def tool_calls(self, rid: str, wait_s: float) -> list[tuple[int, bytes]] | None:
+        """The host tool calls of call `rid` waiting for the driver (each taken once), as soon as
+        there is one or after `wait_s`; None once it has ended or before it has arrived. The
+        caller's liveness poll while the call runs."""
+        with self._lock:
+            relayed = self._tools.get(rid)
+        return None if relayed is None else relayed.take(wait_s)
+
+    def tool_reply(self, rid: str, seq: int, reply: bytes) -> None:
+        """The driver's answer to host tool call `seq` of call `rid` (dropped if the call ended)."""
+        with self._lock:
+            relayed = self._tools.get(rid)
+        if relayed is not None:
+            relayed.answer(seq, reply)
 
     def interrupt(self, session: str, rid: str | None) -> bool:
         if rid is None:
