@@ -62,7 +62,18 @@ _WAIT_SLICE_S = 0.02
 _PLAIN = "None, bool, int, float, str, bytes, list, tuple, dict with str keys"
 
 
-class ToolError(Exception):
+class _Sealed(type):
+    """ToolError's metaclass: the class is shared by every session, so none may change it (an
+    attribute one session set would be read by another)."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        raise AttributeError(f"{type.__dict__['__name__'].__get__(cls)} is read-only")
+
+    def __delattr__(cls, name: str) -> None:
+        raise AttributeError(f"{type.__dict__['__name__'].__get__(cls)} is read-only")
+
+
+class ToolError(Exception, metaclass=_Sealed):
     """A host tool refused its arguments or failed. Raised in session code, never in the host.
 
     Its message is "<tool name>: <what went wrong>": the tool's own message for an exception it
@@ -70,10 +81,9 @@ class ToolError(Exception):
     finds it under the name `ToolError`, so it can `except ToolError`.
     """
 
-
-# Results name the class the way the model reads it ("ToolError: search: ..."), not by its private
-# module path; like the built-in exceptions it is raised inside executed code.
-ToolError.__module__ = "builtins"
+    # Results name the class the way the model reads it ("ToolError: search: ..."), not by its
+    # private module path; like the built-in exceptions it is raised inside executed code.
+    __module__ = "builtins"
 
 
 # ---- the data that crosses: one packed form for every boundary ------------------------------------

@@ -324,6 +324,8 @@ def test_a_session_tool_wins_over_the_engine_tool_of_the_same_name(engine: ReplE
         "getattr(search, '__wr' + 'apped__')",
         "type(search).__dict__",
         "vars(search)",
+        "ToolError.shared = 'seen by every session'",
+        "setattr(ToolError, 'shared', 1)",
     ],
 )
 def test_the_stub_leads_to_no_host_object(engine: ReplEngine, session: str, code: str) -> None:
