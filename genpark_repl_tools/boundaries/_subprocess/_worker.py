@@ -63,8 +63,9 @@ _BATCH_S = 0.01
 # Cycles among them that became garbage are collected after the cell, off the call's path: a full
 # collection once this many cells have passed, at most a tenth of the time.
 _COLLECT_EVERY = 16
-_TOOL_WAIT_SLICE_MS = 20
 _COLLECT_SHARE = 10
+# A cell waiting for a host tool's reply wakes this often, so its timeout or an interrupt lands.
+_TOOL_WAIT_SLICE_MS = 20
 
 
 def _encode(text: str) -> bytes:
@@ -244,6 +245,7 @@ class _Worker:
         self.offer: tuple[tuple[str, str], ...] = ()  # the host tools of the next EXEC (a TOOLS frame)
         self.tool_calls = 0  # numbers this worker's tool calls (their replies carry it)
         self.in_cell = False
+        self._tool_lock = threading.Lock()  # one call on the socket at a time (threads of trusted code)
         self.replied: ExecutionResult | None = None  # the result of the reply being sent
         # Checkpoints: our end of a socket to the zygote (None: off), the copy of the state as it is
         # now (for the next request; 0: none, and no_copy says why), and the zygote, which becomes
@@ -353,17 +355,19 @@ class _Worker:
         try:
             limits = self._limits_for(timeout_s)
             self.in_cell = True
-            with self.session.lock:
-                result = run_cell(
-                    self.session,
-                    code,  # compiled by run_cell, inside its output routing
-                    self.runtime,
-                    limits,
-                    self.boundary,
-                    capture_factory=_capture_for_call,
-                    measure_cpu=False,  # set below, for the whole worker
-                )
-            self.in_cell = False
+            try:
+                with self.session.lock:
+                    result = run_cell(
+                        self.session,
+                        code,  # compiled by run_cell, inside its output routing
+                        self.runtime,
+                        limits,
+                        self.boundary,
+                        capture_factory=_capture_for_call,
+                        measure_cpu=False,  # set below, for the whole worker
+                    )
+            finally:
+                self.in_cell = False
             # The run's usage: the whole worker's CPU, and its peak memory (a process high-water mark).
             own, children = _rusage()
             cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -378,7 +382,6 @@ class _Worker:
             self.replied = result  # freed once the reply is on its way, not before it is sent
             return P.RESULT, result.model_dump_json().encode()
         except Exception as exc:  # e.g. MemoryError building the result under a tight memory_mb
-            self.in_cell = False
             fallback = ExecutionResult(
                 status="error",
                 session=self.session.name,
@@ -401,6 +404,15 @@ class _Worker:
         comes after that is dropped by the loop."""
         if not self.in_cell:
             return b"E" + b"tools can be called only while the session's code runs"
+        lock = self._tool_lock
+        while not lock.acquire(timeout=_TOOL_WAIT_SLICE_MS / 1000):
+            pass
+        try:
+            return self._tool_round_trip(payload)
+        finally:
+            lock.release()
+
+    def _tool_round_trip(self, payload: bytes) -> bytes:
         self.tool_calls += 1
         number = self.tool_calls
         gone = b"E" + b"the host is gone; the tool could not be called"
@@ -642,13 +654,13 @@ class _Worker:
             return P.REFUSED, json.dumps(refusal).encode()
 
 
-@functools.cache
 def _tool_offer(payload: bytes) -> tuple[tuple[str, str], ...]:
     """The (name, doc) pairs of a TOOLS frame (the host's, so only its shape is checked)."""
     offer = json.loads(payload)
     return tuple((str(name), str(doc)) for name, doc in offer)
 
 
+@functools.cache
 def _checked_snapshot_class() -> type[SessionSnapshot]:
     from ...snapshot._format import SessionSnapshot
 
