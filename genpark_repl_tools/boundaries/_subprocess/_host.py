@@ -344,8 +344,10 @@ class ZygoteClient:
         env: dict[str, str],
         python: str,
         on_death: Callable[[], None] | None = None,
+        paths: list[str] | None = None,
     ) -> None:
         self._config = config
+        self._paths = paths  # the zygote's sys.path; None: this process's (the same interpreter)
         self._on_death = on_death
         self._closing = False
         self._env = env
@@ -368,7 +370,9 @@ class ZygoteClient:
     def start(self) -> None:
         self._release_previous()
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+        paths = self._paths
+        if paths is None:
+            paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
         # Kept open for the zygote's lifetime: its last words when it fails to start.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
         try:
