@@ -16,7 +16,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,31 +27,14 @@ from ..._exceptions import BoundaryError, CapacityError
 from ..._limits import Limits
 from .._subprocess import _protocol, _zygote
 from .._subprocess._host import OutputSink, WorkerHandle, ZygoteClient
-from .._subprocess._spawn import WorkerPool
+from .._subprocess._spawn import IDENTITY, WorkerPool, package_identity
 from . import _cli
 from ._settings import CONTAINER_RUN_DIR, CONTAINER_WORKSPACE, ContainerSettings
 
-__all__ = ["ContainerPool", "protocol_id"]
+__all__ = ["ContainerPool"]
 
 _SOCKET = "ctl.sock"
 _MISMATCH_EXIT = 78
-# Run in the container by its python3 with -I (the image's own paths, never the host's). It checks
-# that the image's package speaks this host's protocol before anything else, then connects.
-# The package's identity: its version and a digest of every module's source, so an image whose worker
-# would read the host's frames or config differently is refused at start, with a clear error.
-_IDENTITY = (
-    "def identity(package):\n"
-    "    import hashlib, os\n"
-    "    root, digest = os.path.dirname(package.__file__), hashlib.sha256()\n"
-    "    for base, dirs, files in sorted(os.walk(root)):\n"
-    "        dirs.sort()\n"
-    "        for name in sorted(f for f in files if f.endswith('.py')):\n"
-    "            path = os.path.join(base, name)\n"
-    "            digest.update(os.path.relpath(path, root).replace(os.sep, '/').encode() + b'\\0')\n"
-    "            with open(path, 'rb') as f:\n"
-    "                digest.update(f.read())\n"
-    "    return package.__version__ + '/' + digest.hexdigest()[:16]\n"
-)
 # Run in the container by its python3 with -I (the image's own paths, never the host's). It checks
 # that the image's package is this host's before anything else, then connects.
 _BOOTSTRAP = (
@@ -62,7 +44,7 @@ _BOOTSTRAP = (
     f"    from {_zygote.__name__} import main\n"
     "except ImportError as exc:\n"
     "    sys.exit(f'this image has no usable genpark_repl_tools ({exc}); build it with "
-    "genpark-repl image build')\n" + _IDENTITY + "ours = identity(g)\n"
+    "genpark-repl image build')\n" + IDENTITY + "ours = identity(g)\n"
     "if ours != sys.argv[2]:\n"
     "    sys.stderr.write(f'protocol mismatch: the image has genpark_repl_tools {ours}, the host '\n"
     "                     f'{sys.argv[2]}; rebuild the image with this host\\'s package "
@@ -72,16 +54,6 @@ _BOOTSTRAP = (
     "s.connect(sys.argv[1])\n"
     "main(s.detach())\n"
 )
-_identity_cache: list[str] = []
-
-
-def protocol_id() -> str:
-    """This host's package version and a digest of its sources: what an image's must equal."""
-    if not _identity_cache:
-        namespace: dict[str, Any] = {}
-        exec(_IDENTITY, namespace)  # the same function the container runs
-        _identity_cache.append(namespace["identity"](sys.modules[__name__.partition(".")[0]]))
-    return _identity_cache[0]
 
 
 class _DockerZygoteClient(ZygoteClient):
@@ -207,7 +179,7 @@ class _Launch:
             "-c",
             _BOOTSTRAP,
             f"{CONTAINER_RUN_DIR}/{_SOCKET}",
-            protocol_id(),
+            package_identity(),
         ]
         self.started = True
         try:

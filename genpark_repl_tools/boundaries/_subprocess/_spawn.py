@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -27,7 +28,15 @@ from ...policy import Policy
 from . import _protocol as P
 from ._host import PIPE_BUFFER_BYTES, OutputSink, WorkerHandle, ZygoteClient
 
-__all__ = ["START_TIMEOUT_S", "WorkerPool", "worker_env", "zygote_config"]
+__all__ = [
+    "IDENTITY",
+    "START_TIMEOUT_S",
+    "WorkerPool",
+    "interpreter_paths",
+    "package_identity",
+    "worker_env",
+    "zygote_config",
+]
 
 START_TIMEOUT_S = 30.0
 _EXIT_WAIT_S = 2.0
@@ -36,6 +45,75 @@ _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 # One thread per library pool keeps the zygote single-threaded after `preload` and keeps workers
 # from multiplying their threads by the core count; pass env={...} to override.
 _THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+# The package's identity: its version and a digest of every module's source. A zygote started by another
+# interpreter (a venv's, an image's) imports its own copy of the package, which must be this one, or it
+# would read this host's frames and configuration with other code. The source of a function, so the
+# other interpreter runs exactly what this one does.
+IDENTITY = (
+    "def identity(package):\n"
+    "    import hashlib, os\n"
+    "    root, digest = os.path.dirname(package.__file__), hashlib.sha256()\n"
+    "    for base, dirs, files in sorted(os.walk(root)):\n"
+    "        dirs.sort()\n"
+    "        for name in sorted(f for f in files if f.endswith('.py')):\n"
+    "            path = os.path.join(base, name)\n"
+    "            digest.update(os.path.relpath(path, root).replace(os.sep, '/').encode() + b'\\0')\n"
+    "            with open(path, 'rb') as f:\n"
+    "                digest.update(f.read())\n"
+    "    return package.__version__ + '/' + digest.hexdigest()[:16]\n"
+)
+_identity: list[str] = []
+# Run by another interpreter with the zygote's flags (-I): its own sys.path, and its package's identity.
+_INTERPRETER_PROBE = (
+    "import json, sys\n" + IDENTITY + "try:\n"
+    "    import genpark_repl_tools as g\n"
+    "except ImportError as exc:\n"
+    "    print(json.dumps({'error': str(exc), 'version': sys.version.split()[0]}))\n"
+    "    raise SystemExit\n"
+    "print(json.dumps({'path': sys.path, 'identity': identity(g), 'version': sys.version.split()[0]}))\n"
+)
+
+
+def package_identity() -> str:
+    """This process's package identity (see IDENTITY)."""
+    if not _identity:
+        namespace: dict[str, Any] = {}
+        exec(IDENTITY, namespace)  # the same function the other interpreter runs
+        _identity.append(namespace["identity"](sys.modules[__name__.partition(".")[0]]))
+    return _identity[0]
+
+
+def interpreter_paths(python: str) -> list[str]:
+    """The sys.path `python` starts with (-I): a zygote of another interpreter must import its own
+    standard library and packages, never this process's (another version's compiled extensions).
+    BoundaryError unless it runs and imports this very package."""
+    try:
+        done = subprocess.run(
+            [python, "-I", "-c", _INTERPRETER_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env={k: os.environ[k] for k in _PASSED_ENV if k in os.environ},
+        )
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        raise BoundaryError(f"the interpreter {python} could not be started: {exc}") from None
+    if "error" in found:
+        raise BoundaryError(
+            f"the interpreter {python} (Python {found['version']}) cannot import genpark_repl_tools "
+            f"({found['error']}); install genpark-repl-tools=={package_identity().split('/')[0]} "
+            "into its environment"
+        )
+    if found["identity"] != package_identity():
+        raise BoundaryError(
+            f"the interpreter {python} has genpark_repl_tools {found['identity']}, this process "
+            f"{package_identity()}: install this process's version into its environment"
+        )
+    return [p for p in found["path"] if p]
 
 
 def zygote_config(
@@ -117,8 +195,10 @@ class WorkerPool:
     def _make_zygote(
         self, config: dict[str, Any], env: dict[str, str], python: str, on_death: Callable[[], None]
     ) -> ZygoteClient:
-        """The zygote's client (the container boundary's starts it in a container)."""
-        return ZygoteClient(config, env, python, on_death)
+        """The zygote's client (the container boundary's starts it in a container). Another
+        interpreter than this process's starts from its own paths."""
+        paths = None if python == sys.executable else interpreter_paths(python)
+        return ZygoteClient(config, env, python, on_death, paths)
 
     def worker_path(self, workspace: Path) -> str:
         """The session's workspace as the worker sees it (the same path here; /workspace in a container)."""
