@@ -152,6 +152,10 @@ class DockerBoundary(SubprocessBoundary):
     def describe(self) -> dict[str, Any]:
         description = super().describe()
         description["container"] = {**self.container.describe(), "warm_containers": self._warm}
+        # The container's user is the one the worker runs as; no switch happens inside.
+        description["enforced"]["privileges"] = (
+            f"the container's user ({self.container.user}), no capabilities (all dropped, no-new-privileges)"
+        )
         description["workspace_mount"] = f"{description['workspace_root']}/<session> -> {CONTAINER_WORKSPACE}"
         return description
 

@@ -151,3 +151,4 @@ def test_describe_reports_the_container_settings(engine: ReplEngine, docker_imag
         "65534:65534",
     )
     assert container["pids_limit"] == 256 and container["workspace"] == "/workspace"
+    assert engine.describe()["enforced"]["privileges"].startswith("the container's user (65534:65534)")
