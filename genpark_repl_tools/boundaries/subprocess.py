@@ -179,7 +179,12 @@ class SubprocessBoundary(BaseBoundary):
             max_processes=max_processes,
             checkpoints=checkpoints,
         )
-        self._pool = self._make_pool(config, worker_env(env), python, limits, max_workers)
+        try:
+            self._pool = self._make_pool(config, worker_env(env), python, limits, max_workers)
+        except BaseException:  # an interpreter or zygote that cannot start: the temporary root goes too
+            if self._owns_root:
+                shutil.rmtree(self._root, ignore_errors=True)
+            raise
         # The finalizer must not reference self: it runs when a boundary is dropped without close().
         self._finalizer = weakref.finalize(
             self, _emergency_cleanup, self._pool, self._root if self._owns_root else None
