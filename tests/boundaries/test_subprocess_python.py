@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,15 +45,21 @@ def test_a_session_runs_on_the_interpreter_and_packages_of_another_venv() -> Non
     assert extension.startswith(prefix)
 
 
-def test_an_interpreter_without_the_package_is_a_clear_error(tmp_path: Path) -> None:
+def test_an_interpreter_without_the_package_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import venv
 
     venv.create(tmp_path / "bare", with_pip=False)
     bare = tmp_path / "bare" / "bin" / "python"
+    roots = tmp_path / "roots"
+    roots.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(roots))  # where the boundary makes its workspace root
     with pytest.raises(
         BoundaryError, match=r"cannot import genpark_repl_tools .*install genpark-repl-tools=="
     ):
-        ReplEngine(boundary="subprocess", python=str(bare)).describe()
+        ReplEngine(boundary="subprocess", python=str(bare))
+    assert list(roots.iterdir()) == []  # the refused engine left no workspace root behind
 
 
 def test_this_interpreter_given_by_name_is_started_as_before() -> None:
