@@ -9,7 +9,8 @@ a subclass of one of these crosses as its plain value, anything else is refused)
 them into new objects, checks them against the tool's signature (pydantic validates annotated
 parameters), runs the real function, and packs the result, or the message of its exception, back the
 same way (`ToolRun.serve`). The same bytes travel on every boundary: in-process they are handed to a
-host thread (`ToolPool`), on the subprocess boundary they go over the worker's socket.
+host thread (`ToolPool`), on the subprocess boundary they go over the worker's socket, on Ray from
+the worker to its host actor and from there to the driver, where the tools are.
 
 Security model: a tool runs with the host's rights, outside the policy: offer only what the model may
 use. No object crosses in either direction: session code gets copies of the tool's result and never
