@@ -28,6 +28,7 @@ import contextvars
 import inspect
 import keyword
 import math
+import os
 import queue
 import struct
 import threading
@@ -586,6 +587,12 @@ class ToolPool:
         self._lock = threading.Lock()
         self._idle = 0
 
+    def forget_threads(self) -> None:
+        """In a forked child: the parent's threads are not there; start over with none."""
+        self._jobs = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
     def ensure_idle(self) -> None:
         if self._idle == 0:
             with self._lock:
@@ -630,6 +637,10 @@ class ToolPool:
 
 
 POOL = ToolPool()
+if hasattr(os, "register_at_fork"):
+    # A process forked after tools ran (a server's workers) would count the parent's idle threads,
+    # hand its calls to them, and wait forever.
+    os.register_at_fork(after_in_child=POOL.forget_threads)
 
 
 # ---- the session's side: the stubs -----------------------------------------------------------------

@@ -7,9 +7,11 @@ session's own code is guarded while the tools it calls run with the host's right
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -464,3 +466,27 @@ def test_a_streamed_run_calls_tools_too(engine: ReplEngine, session: str) -> Non
     final = events[-1]
     assert isinstance(final, ResultEvent)
     assert final.result.usage.tool_calls == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_after_tool_calls_can_still_call_tools() -> None:
+    with ReplEngine(policy="standard", boundary="inprocess", tools={"search": search}) as engine:
+        assert _ok(engine.run("search('a', limit=1)")).value == "['a-0']"  # the pool has a thread now
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: a fork with threads running
+            pid = os.fork()
+        if pid == 0:  # the child: its call must not wait for the parent's threads
+            code = 1
+            try:
+                result = engine.run("search('b', limit=1)", timeout_s=5)
+                code = 0 if result.value == "['b-0']" else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 20  # a child whose call waits for no thread would wait forever
+        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if ended[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's tool call did not return")
+        assert os.waitstatus_to_exitcode(ended[1]) == 0
