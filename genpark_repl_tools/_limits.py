@@ -72,3 +72,8 @@ class Limits(BaseModel):
     max_workspace_bytes: int = Field(
         500_000_000, gt=0, description="Bytes one session's workspace may hold; uploads beyond are refused."
     )
+    max_snapshot_bytes: int | None = Field(
+        128 * 1024 * 1024,
+        gt=0,
+        description="Largest session snapshot made, restored or taken from a worker (None: no limit).",
+    )

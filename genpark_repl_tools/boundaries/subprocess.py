@@ -410,6 +410,8 @@ class SubprocessBoundary(BaseBoundary):
         self, state: _SessionState, worker: WorkerHandle, kind: int, payload: bytes, *, fresh: bool
     ) -> tuple[int, bytes]:
         """Send SNAPSHOT or LOAD (caller holds state.lock) and wait for the reply, bounded."""
+        from ..snapshot._format import SnapshotParts, SnapshotTooLarge, snapshot_limit
+
         budget = max(self.limits.timeout_s, _SNAPSHOT_BUDGET_S) + _QUERY_SLACK_S + self.kill_grace_s
         view = memoryview(payload)
         while len(view) > P.PART_BYTES:  # frames are bounded; large blobs go in parts
@@ -424,17 +426,23 @@ class SubprocessBoundary(BaseBoundary):
                 if fresh:
                     self._await_ready(state, worker)
                 deadline = time.monotonic() + budget
-                parts: list[bytes] = []
+                # Within the snapshot limit, whatever the worker sends: it checked the limit itself.
+                parts = SnapshotParts(snapshot_limit(self.limits))
                 while True:
                     reply = worker.wait(deadline, rid=rid)
                     if not (isinstance(reply, tuple) and reply[0] == P.SNAPSHOT_PART):
                         break
-                    parts.append(reply[1])
+                    parts.add(reply[1])
                     worker.pending = rid  # more of the reply is on its way
-                if parts and isinstance(reply, tuple):
-                    parts.append(reply[1])
-                    reply = (reply[0], b"".join(parts))
+                if parts.size and isinstance(reply, tuple):
+                    reply = (reply[0], parts.finish(reply[1]))
                 del parts
+            except SnapshotTooLarge as exc:  # past the worker's own check: it is not our worker any more
+                self._retire(state, worker, drain=(None, None))
+                state.lost = "crashed"
+                raise SnapshotTooLarge(
+                    f"{exc}; the worker was stopped and the session starts empty on its next run"
+                ) from None
             except BaseException:
                 self._abandon(state, worker)
                 raise
@@ -465,6 +473,7 @@ class SubprocessBoundary(BaseBoundary):
         if tools is not None:
             tools.begin(timeout)
             worker.send_tools(tools.offer())
+        sent = time.monotonic()
         rid = worker.send(P.EXEC, P.encode_exec(request.code, timeout))
         state.running = request
         try:
@@ -485,9 +494,12 @@ class SubprocessBoundary(BaseBoundary):
             raise
         finally:
             state.running = None
+        why: str | None = None
         if isinstance(reply, tuple) and reply[0] == P.RESULT:
             result = self._checked_result(state, reply[1])
             if result is not None:
+                why = _claims.implausible(result, limits, time.monotonic() - sent)
+            if result is not None and why is None:
                 state.execution_count = result.execution_count
                 _attach_output(result, out, err)
                 state.checkpointed = worker.no_checkpoint is None and self.supports_rollback
@@ -525,7 +537,7 @@ class SubprocessBoundary(BaseBoundary):
             how = "invalid"
         else:
             how = "ended"
-        result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, limits)
+        result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, limits, why)
         state.checkpointed = False  # until the copy serves the session
         if worker.checkpoint:
             self._roll_back(state, worker, result, how)
@@ -832,7 +844,7 @@ def _sign_worker_snapshot(data: bytes, key: bytes) -> SessionSnapshot:
     """
     from ..snapshot._format import SANDBOXED_ORIGIN, SessionSnapshot, SnapshotError
 
-    made = SessionSnapshot.from_bytes(data)
+    made = SessionSnapshot.from_bytes(data, max_bytes=None)  # the parts were bounded as they came
     try:
         header = json.loads(made.header)
         if not isinstance(header, dict):
@@ -841,7 +853,7 @@ def _sign_worker_snapshot(data: bytes, key: bytes) -> SessionSnapshot:
     except (ValueError, TypeError) as exc:  # json and pydantic errors are ValueErrors
         raise SnapshotError(f"the worker sent a malformed snapshot ({type(exc).__name__})") from None
     header["origin"] = SANDBOXED_ORIGIN
-    return SessionSnapshot.sign(header, made.payload, list(made.buffers), key)
+    return SessionSnapshot.sign(header, made.payload, made.buffers, key)
 
 
 def _refusal(data: bytes) -> Exception:

@@ -27,7 +27,6 @@ from genpark_repl_tools.boundaries._subprocess._claims import implausible
 KEY = b"hostile-worker-tests-key-0123456789"
 LIMITS = Limits(timeout_s=10)
 HW = "from genpark_repl_tools.testing import hostile_worker as hw\n"
-AWAITING = pytest.mark.xfail(strict=True, reason="awaiting the host-side check")
 MiB = 1 << 20
 
 
@@ -120,7 +119,6 @@ IMPOSSIBLE = {  # the arguments of hw.edit_result, as code
 }
 
 
-@AWAITING
 @pytest.mark.parametrize("fields", IMPOSSIBLE.values(), ids=IMPOSSIBLE.keys())
 def test_an_impossible_figure_stops_the_worker(engine: ReplEngine, session: str, fields: str) -> None:
     result = hostile(engine, session, f"from math import inf, nan\nhw.edit_result({fields})")
@@ -188,7 +186,6 @@ def traced_peak(call: object) -> tuple[int, float, BaseException | None]:
     return peak, elapsed, error
 
 
-@AWAITING
 def test_a_snapshot_flood_is_cut_at_the_limit(engine: ReplEngine, session: str) -> None:
     # one buffer sent again and again: 256 MiB in 4 MiB parts, past the 128 MiB snapshot limit
     hostile(engine, session, "hw.flood_snapshot(part_bytes=4 << 20, total_bytes=256 << 20)")
@@ -198,7 +195,6 @@ def test_a_snapshot_flood_is_cut_at_the_limit(engine: ReplEngine, session: str) 
     assert engine.run("1 + 1", session=session).value == "2"
 
 
-@AWAITING
 def test_a_snapshot_declaring_millions_of_buffers_costs_its_bytes(engine: ReplEngine, session: str) -> None:
     manifest = SnapshotManifest(
         session=session,

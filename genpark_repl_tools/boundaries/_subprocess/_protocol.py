@@ -86,8 +86,10 @@ CHECKPOINT_PID = struct.Struct("!i")
 
 # Payloads from this size on are copied out of the receive buffer through a memoryview.
 _VIEW_COPY_BYTES = 64 * 1024
-# Snapshot blobs travel in parts of at most this many bytes.
-PART_BYTES = 64 * 1024 * 1024
+# Snapshot blobs travel in parts of at most this many bytes, and a snapshot frame longer than that is
+# refused from its header: a host assembling a snapshot holds the parts so far (within the snapshot
+# limit) plus one frame, however a worker floods it.
+PART_BYTES = 8 * 1024 * 1024
 
 # The worker never holds the engine's snapshot key. What it produces is unsigned (an empty key:
 # a zero MAC) and the host signs it with the real key; a blob the host sends it was checked with
@@ -158,9 +160,17 @@ def _recv_exact(sock: socket.socket, n: int, *, at_boundary: bool = False) -> by
 def recv_frame(sock: socket.socket) -> tuple[int, bytes]:
     """Blocking read of one frame (kind, payload); EOFError on a clean close between frames."""
     length, kind, _ = HEADER.unpack(_recv_exact(sock, HEADER.size, at_boundary=True))
-    if length > MAX_FRAME:
-        raise ProtocolError(f"frame of {length:,} bytes exceeds the {MAX_FRAME:,}-byte limit")
+    _check_length(length, kind)
     return kind, _recv_exact(sock, length) if length else b""
+
+
+_PART_KINDS = frozenset({LOAD, LOAD_PART, SNAPSHOT_DATA, SNAPSHOT_PART})
+
+
+def _check_length(length: int, kind: int) -> None:
+    limit = PART_BYTES if kind in _PART_KINDS else MAX_FRAME
+    if length > limit:
+        raise ProtocolError(f"frame of {length:,} bytes exceeds the {limit:,}-byte limit")
 
 
 class FrameBuffer:
@@ -198,8 +208,7 @@ class FrameBuffer:
         if len(buf) < HEADER.size:
             return None
         length, kind, rid = HEADER.unpack_from(buf)
-        if length > MAX_FRAME:
-            raise ProtocolError(f"frame of {length:,} bytes exceeds the {MAX_FRAME:,}-byte limit")
+        _check_length(length, kind)
         end = HEADER.size + length
         if len(buf) < end:
             return None

@@ -644,7 +644,7 @@ class _Worker:
                     self._parts.append(payload)
                     payload = b"".join(self._parts)
                     self._parts.clear()
-                blob = _checked_snapshot_class().from_bytes(payload)
+                blob = _checked_snapshot_class().from_bytes(payload, max_bytes=None)  # the host checked it
                 del payload
                 info = restore_snapshot(self.session, self.runtime, self.limits, blob, key)
                 return P.RESTORED, info.model_dump_json().encode()
