@@ -1,0 +1,667 @@
+"""The egress proxy: the only way out of a sandboxed session, deciding by name.
+
+Security model: a session's code is hostile. Its only route to the network is its own listener on this
+proxy (one per session, so a connection's session is where it arrived, never what it claims). The proxy
+allows a connection only to a host and port the session's `NetworkPolicy` lists: HTTPS through CONNECT,
+where the ClientHello's server name (when sent) must be the CONNECT host; plain HTTP by the absolute-form
+URI, whose host the Host header must repeat. It resolves names itself and refuses any name that resolves
+to a loopback, private, link-local, multicast, reserved or metadata address unless an entry lists that
+exact address. Header sizes, header-read times, connections at once and bytes per session are bounded;
+one client's malformed, slow or flooding connections cost only its own session's quota. It does not
+inspect what flows inside an allowed TLS tunnel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import re
+import secrets as _secrets
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from ._policy import NetworkPolicy, non_public_kind, normalise_host, parse_address
+from ._records import ConnectionRecord, Verdict
+from ._tls import NotClientHello, read_client_hello, server_name
+
+logger = logging.getLogger(__name__)
+
+Resolver = Callable[[str], Sequence[str]]
+
+_HEX = re.compile(rb"[0-9a-fA-F]{1,16}")
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"upgrade",
+    }
+)
+_CHUNK = 1 << 16
+_RECORDS_KEPT = 10_000
+_UPSTREAM_HEAD = 1 << 18  # a server's response head (cookies can be large); the server is one we chose
+
+
+def _system_resolver(name: str) -> list[str]:
+    return [str(info[4][0]) for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)]
+
+
+class Refused(Exception):
+    """A connection the proxy will not make; `status` is the HTTP status the client receives."""
+
+    def __init__(self, reason: str, status: int = 403) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+@dataclass
+class _Connection:
+    """What one client connection asked for and got, filled in as it goes and recorded at its end."""
+
+    host: str = ""
+    port: int = 0
+    method: str = ""
+    verdict: Verdict = "refused"
+    reason: str = ""
+    address: str | None = None
+    bytes_up: int = 0
+    bytes_down: int = 0
+
+
+@dataclass
+class _Session:
+    name: str
+    policy: NetworkPolicy
+    placeholders: dict[str, str]  # placeholder -> secret name
+    server: asyncio.AbstractServer | None = None
+    active: int = 0
+    used: int = 0
+    writers: set[asyncio.StreamWriter] = field(default_factory=set)
+    records: collections.deque[ConnectionRecord] = field(
+        default_factory=lambda: collections.deque(maxlen=_RECORDS_KEPT)
+    )
+
+    def spend(self, n: int) -> bool:
+        """Count `n` more bytes; False once the session's byte limit would be passed."""
+        limit = self.policy.max_bytes
+        if limit is not None and self.used + n > limit:
+            return False
+        self.used += n
+        return True
+
+
+@dataclass(frozen=True)
+class SessionEndpoint:
+    """Where a session's proxy listens, and the environment its code runs with."""
+
+    session: str
+    address: tuple[str, int] | str  # (host, port) for TCP, a path for a Unix socket
+    placeholders: dict[str, str]  # secret name -> placeholder
+
+    @property
+    def url(self) -> str:
+        """The proxy URL on the host (a TCP listener only)."""
+        if isinstance(self.address, str):
+            raise ValueError("a Unix-socket listener has no URL: forward a loopback port to it")
+        return f"http://{self.address[0]}:{self.address[1]}"
+
+    def environment(self, proxy_url: str | None = None) -> dict[str, str]:
+        """The variables urllib, requests, httpx and pip read, plus the secrets' placeholders.
+
+        `proxy_url` is the proxy as the session sees it (a forwarded port inside its sandbox); by default
+        the host's own listener.
+        """
+        url = proxy_url or self.url
+        env = dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"), url)
+        # A NO_PROXY inherited from the host would send those names around the proxy, into nothing.
+        env.update({"NO_PROXY": "", "no_proxy": ""})
+        env.update(self.placeholders)
+        return env
+
+
+class EgressProxy:
+    """An HTTP(S) forward proxy that lets each session reach only the names its policy lists.
+
+    Security model: see this module's docstring. Runs its own event loop on a daemon thread; every public
+    method is safe to call from any other thread.
+
+    `resolver` maps a name to its addresses (the system's by default; tests map names to loopback
+    servers). `on_record` is called on the proxy's thread with each connection's record when it ends; an
+    exception it raises is logged, never fatal.
+    """
+
+    def __init__(
+        self,
+        *,
+        resolver: Resolver | None = None,
+        on_record: Callable[[ConnectionRecord], None] | None = None,
+        header_timeout: float = 10.0,
+        idle_timeout: float = 300.0,
+        connect_timeout: float = 10.0,
+        max_header_bytes: int = 16 * 1024,
+    ) -> None:
+        self._resolver = resolver or _system_resolver
+        self._on_record = on_record
+        self.header_timeout = header_timeout
+        self.idle_timeout = idle_timeout
+        self.connect_timeout = connect_timeout
+        self.max_header_bytes = max_header_bytes
+        self._sessions: dict[str, _Session] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="genpark-egress-proxy", daemon=True)
+        self._thread.start()
+
+    # ----------------------------------------------------------------- lifecycle (any thread)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _call(self, coroutine: Any, timeout: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    def open_session(
+        self, session: str, policy: NetworkPolicy, *, unix_path: str | None = None
+    ) -> SessionEndpoint:
+        """Start a listener for `session` (loopback TCP on a free port, or a Unix socket at `unix_path`)."""
+        if self._loop.is_closed():
+            raise RuntimeError("the proxy is closed")
+        placeholders = {
+            name: f"genpark-secret-{name}-{_secrets.token_hex(16)}" for name in sorted(policy.secrets)
+        }
+        state = _Session(session, policy, {value: name for name, value in placeholders.items()})
+        address: tuple[str, int] | str = self._call(self._listen(state, unix_path))
+        return SessionEndpoint(session, address, placeholders)
+
+    async def _listen(self, state: _Session, unix_path: str | None) -> tuple[str, int] | str:
+        if state.name in self._sessions:
+            raise ValueError(f"session {state.name!r} already has a listener")
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._serve(state, reader, writer)
+
+        if unix_path is not None:
+            state.server = await asyncio.start_unix_server(serve, unix_path, limit=self.max_header_bytes)
+            address: tuple[str, int] | str = unix_path
+        else:
+            state.server = await asyncio.start_server(serve, "127.0.0.1", 0, limit=self.max_header_bytes)
+            address = state.server.sockets[0].getsockname()[:2]
+        self._sessions[state.name] = state
+        return address
+
+    def records(self, session: str) -> list[ConnectionRecord]:
+        """The session's connections so far (the most recent 10,000), oldest first."""
+        state = self._sessions.get(session)
+        return list(state.records) if state is not None else []
+
+    def close_session(self, session: str) -> None:
+        """Stop the session's listener and cut its open connections."""
+        if not self._loop.is_closed():
+            self._call(self._close_session(session))
+
+    async def _close_session(self, session: str) -> None:
+        state = self._sessions.pop(session, None)
+        if state is None:
+            return
+        if state.server is not None:
+            state.server.close()
+        for writer in list(state.writers):
+            writer.transport.abort()
+
+    def close(self) -> None:
+        """Close every session and stop the proxy's thread."""
+        if self._loop.is_closed():
+            return
+        for session in list(self._sessions):
+            self.close_session(session)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def __enter__(self) -> EgressProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- one client connection (loop thread)
+
+    async def _serve(
+        self, state: _Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        conn = _Connection()
+        try:
+            if state.active >= state.policy.max_connections:
+                raise Refused(
+                    f"too many connections at once (limit {state.policy.max_connections})", status=429
+                )
+            if state.policy.max_bytes is not None and state.used >= state.policy.max_bytes:
+                raise Refused(f"the session's byte limit ({state.policy.max_bytes}) is reached", status=429)
+        except Refused as refusal:
+            conn.verdict, conn.reason = "refused", refusal.reason
+            writer.transport.abort()  # no reply: answering a flood politely is what it wants
+            self._record(state, conn)
+            return
+        state.active += 1
+        state.writers.add(writer)
+        try:
+            await self._handle(state, conn, reader, writer)
+        except Refused as refusal:
+            # 502: allowed, but the name did not resolve or its server did not answer
+            conn.verdict = "failed" if refusal.status == 502 else "refused"
+            conn.reason = refusal.reason
+            await self._reply(writer, refusal.status, refusal.reason)
+        except Exception as exc:  # the proxy outlives whatever one connection does
+            if conn.verdict == "allowed" and not conn.reason:
+                conn.reason = f"cut: {type(exc).__name__}"
+            elif conn.verdict != "allowed":
+                conn.verdict, conn.reason = "failed", conn.reason or f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError)):
+                logger.exception("egress proxy: unexpected error on a %s connection", state.name)
+        finally:
+            state.active -= 1
+            state.writers.discard(writer)
+            writer.close()
+            self._record(state, conn)
+
+    def _record(self, state: _Session, conn: _Connection) -> None:
+        record = ConnectionRecord(
+            session=state.name,
+            host=conn.host,
+            port=conn.port,
+            method=conn.method,
+            verdict=conn.verdict,
+            reason=conn.reason,
+            address=conn.address,
+            bytes_up=conn.bytes_up,
+            bytes_down=conn.bytes_down,
+        )
+        state.records.append(record)
+        if self._on_record is not None:
+            try:
+                self._on_record(record)
+            except Exception:
+                logger.exception("egress proxy: the on_record callback failed")
+
+    async def _reply(self, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+        """A short refusal the client's library shows its caller: the reason is in the status line."""
+        phrase = re.sub(r"[^\x20-\x7e]", "?", f"Refused by the egress proxy: {reason}")[:300]
+        body = phrase.encode("ascii") + b"\n"
+        head = (
+            f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        with contextlib.suppress(OSError, asyncio.TimeoutError):
+            writer.write(head.encode("ascii") + body)
+            await asyncio.wait_for(writer.drain(), 5)
+
+    async def _read_head(self, reader: asyncio.StreamReader, timeout: float) -> bytes:
+        try:
+            return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+        except asyncio.TimeoutError:
+            raise Refused(f"no complete request head within {timeout:g} s", status=408) from None
+        except asyncio.LimitOverrunError:
+            raise Refused(f"request head larger than {self.max_header_bytes} bytes", status=431) from None
+        except asyncio.IncompleteReadError:
+            raise Refused("the client closed before a complete request head", status=400) from None
+
+    async def _handle(
+        self, state: _Session, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        head = await self._read_head(reader, self.header_timeout)
+        method, target, headers = _parse_request(head)
+        conn.method = method.decode("ascii")
+        hosts = [value for name, value in headers if name.lower() == b"host"]
+        if len(hosts) > 1:
+            raise Refused("more than one Host header", status=400)
+        if method == b"CONNECT":
+            host, port = _split_authority(target.decode("ascii"), default_port=None)
+            conn.host, conn.port = host, port
+            if hosts and _split_authority(hosts[0].decode("latin-1"), default_port=port) != (host, port):
+                raise Refused(f"the Host header does not match CONNECT {host}:{port}", status=400)
+            await self._tunnel(state, conn, reader, writer)
+            return
+        url = target.decode("ascii")
+        parts = urlsplit(url)
+        if parts.scheme.lower() != "http" or not parts.netloc:
+            raise Refused("expected an absolute http:// URI (use CONNECT for https)", status=400)
+        if "@" in parts.netloc:
+            raise Refused("user information in the URI is not forwarded", status=400)
+        host, port = _split_authority(parts.netloc, default_port=80)
+        conn.host, conn.port = host, port
+        if not hosts:
+            raise Refused("no Host header", status=400)
+        if _split_authority(hosts[0].decode("latin-1"), default_port=80) != (host, port):
+            raise Refused(f"the Host header does not match the URI's host {host}:{port}", status=400)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        await self._forward(state, conn, method, path.encode("ascii"), headers, reader, writer)
+
+    # ----------------------------------------------------------------- deciding
+
+    async def _decide(self, state: _Session, conn: _Connection) -> list[str]:
+        """The addresses to try for conn.host:conn.port, or Refused."""
+        host, port, policy = conn.host, conn.port, state.policy
+        literal = parse_address(host)
+        if literal is not None:
+            if not policy.allows(str(literal), port):
+                raise Refused(f"IP address {host} port {port} is not in the allow list")
+            return [str(literal)]
+        if not policy.allows(host, port):
+            raise Refused(f"{host}:{port} is not in the allow list")
+        try:
+            found = await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(None, self._resolver, host), self.connect_timeout
+            )
+        except (OSError, asyncio.TimeoutError, UnicodeError) as exc:
+            raise Refused(f"{host} does not resolve ({type(exc).__name__})", status=502) from None
+        addresses = []
+        for text in found:
+            address = parse_address(str(text).split("%")[0])
+            if address is None:
+                raise Refused(f"{host} resolved to something that is not an address", status=502)
+            kind = non_public_kind(address)
+            if kind is not None and not policy.allows_address(address, port):
+                raise Refused(f"{host} resolves to a {kind} address ({address})")
+            addresses.append(str(address))
+        if not addresses:
+            raise Refused(f"{host} does not resolve", status=502)
+        return addresses
+
+    async def _connect(
+        self, conn: _Connection, addresses: list[str]
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        error: BaseException | None = None
+        for address in addresses:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(address, conn.port, limit=_UPSTREAM_HEAD),
+                    self.connect_timeout,
+                )
+            except (OSError, asyncio.TimeoutError) as exc:
+                error = exc
+                continue
+            conn.address = address
+            return reader, writer
+        raise Refused(f"could not connect to {conn.host}:{conn.port} ({type(error).__name__})", status=502)
+
+    # ----------------------------------------------------------------- HTTPS: CONNECT tunnels
+
+    async def _tunnel(
+        self, state: _Session, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        addresses = await self._decide(state, conn)
+        up_reader, up_writer = await self._connect(conn, addresses)
+        try:
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            try:
+                raw, hello = await asyncio.wait_for(read_client_hello(reader), self.header_timeout)
+                sni = server_name(hello)
+            except (NotClientHello, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+                reason = str(exc) if isinstance(exc, NotClientHello) else "no TLS ClientHello in time"
+                conn.verdict, conn.reason = "refused", reason
+                return
+            if sni is not None and _same_name(sni) != conn.host:
+                conn.verdict, conn.reason = "refused", f"TLS server name {sni!r} is not the CONNECT host"
+                return
+            conn.verdict = "allowed"
+            await self._send(state, conn, up_writer, raw, up=True)
+            await self._relay(state, conn, reader, writer, up_reader, up_writer)
+        finally:
+            up_writer.transport.abort()
+
+    async def _send(
+        self, state: _Session, conn: _Connection, writer: asyncio.StreamWriter, data: bytes, *, up: bool
+    ) -> None:
+        if not state.spend(len(data)):
+            conn.reason = f"the session's byte limit ({state.policy.max_bytes}) is reached"
+            raise ConnectionAbortedError(conn.reason)
+        if up:
+            conn.bytes_up += len(data)
+        else:
+            conn.bytes_down += len(data)
+        writer.write(data)
+        await asyncio.wait_for(writer.drain(), self.idle_timeout)
+
+    async def _pump(
+        self,
+        state: _Session,
+        conn: _Connection,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        *,
+        up: bool,
+    ) -> None:
+        while True:
+            data = await asyncio.wait_for(source.read(_CHUNK), self.idle_timeout)
+            if not data:
+                if sink.can_write_eof():
+                    with contextlib.suppress(OSError):
+                        sink.write_eof()
+                return
+            await self._send(state, conn, sink, data, up=up)
+
+    async def _relay(
+        self,
+        state: _Session,
+        conn: _Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        tasks = [
+            asyncio.ensure_future(self._pump(state, conn, reader, up_writer, up=True)),
+            asyncio.ensure_future(self._pump(state, conn, up_reader, writer, up=False)),
+        ]
+        try:
+            pending: set[asyncio.Future[None]] = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # a limit or an error ends both directions
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ----------------------------------------------------------------- plain HTTP
+
+    async def _forward(
+        self,
+        state: _Session,
+        conn: _Connection,
+        method: bytes,
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        length, chunked = _body_framing(headers)
+        connection_named = {
+            token.strip().lower()
+            for name, value in headers
+            if name.lower() == b"connection"
+            for token in value.split(b",")
+        }
+        kept = [
+            (name, value)
+            for name, value in headers
+            if name.lower() not in _HOP_BY_HOP and name.lower() not in connection_named
+        ]
+        head = b"%s %s HTTP/1.1\r\n" % (method, path)
+        head += b"".join(b"%s: %s\r\n" % pair for pair in kept)
+        head += b"Connection: close\r\n\r\n"
+        head = self._secrets(state, conn, head)
+        addresses = await self._decide(state, conn)
+        up_reader, up_writer = await self._connect(conn, addresses)
+        conn.verdict = "allowed"
+        try:
+            await self._send(state, conn, up_writer, head, up=True)
+            if chunked:
+                await self._copy_chunked(state, conn, reader, up_writer)
+            elif length:
+                await self._copy_exactly(state, conn, reader, up_writer, length)
+            response = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), self.idle_timeout)
+            await self._send(state, conn, writer, _close_response(response), up=False)
+            await self._pump(state, conn, up_reader, writer, up=False)
+        finally:
+            up_writer.transport.abort()
+
+    def _secrets(self, state: _Session, conn: _Connection, head: bytes) -> bytes:
+        """Swap each placeholder for its secret if the request goes to one of the secret's hosts."""
+        for placeholder, name in state.placeholders.items():
+            token = placeholder.encode("ascii")
+            if token not in head:
+                continue
+            secret = state.policy.secrets[name]
+            if not any(entry.matches(conn.host, conn.port) for entry in secret.entries()):
+                raise Refused(
+                    f"the placeholder of secret {name} was sent to {conn.host}, not one of its hosts"
+                )
+            value = secret.value.get_secret_value().encode("latin-1")
+            head = head.replace(token, value)
+        return head
+
+    async def _copy_exactly(
+        self,
+        state: _Session,
+        conn: _Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        length: int,
+    ) -> None:
+        while length:
+            data = await asyncio.wait_for(reader.read(min(length, _CHUNK)), self.idle_timeout)
+            if not data:
+                raise asyncio.IncompleteReadError(b"", length)
+            self._no_placeholder_in_body(state, conn, data)
+            length -= len(data)
+            await self._send(state, conn, writer, data, up=True)
+
+    async def _copy_chunked(
+        self, state: _Session, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            line = await asyncio.wait_for(reader.readuntil(b"\r\n"), self.idle_timeout)
+            size_text = line.split(b";", 1)[0].strip()
+            if (
+                not size_text
+                or len(size_text) > 16
+                or not all(c in b"0123456789abcdefABCDEF" for c in size_text)
+            ):
+                raise ConnectionAbortedError("malformed chunk size")
+            size = int(size_text, 16)
+            await self._send(state, conn, writer, line, up=True)
+            if size == 0:
+                while True:  # trailers, up to the empty line
+                    trailer = await asyncio.wait_for(reader.readuntil(b"\r\n"), self.idle_timeout)
+                    await self._send(state, conn, writer, trailer, up=True)
+                    if trailer == b"\r\n":
+                        return
+            await self._copy_exactly(state, conn, reader, writer, size)
+            crlf = await asyncio.wait_for(reader.readexactly(2), self.idle_timeout)
+            if crlf != b"\r\n":
+                raise ConnectionAbortedError("malformed chunk end")
+            await self._send(state, conn, writer, crlf, up=True)
+
+    def _no_placeholder_in_body(self, state: _Session, conn: _Connection, data: bytes) -> None:
+        # Bodies are not rewritten; a placeholder in one is refused whatever the host, so it never
+        # travels anywhere in place of its value. (One split across two reads is not caught.)
+        for placeholder, name in state.placeholders.items():
+            if placeholder.encode("ascii") in data:
+                conn.reason = f"the placeholder of secret {name} in a request body"
+                conn.verdict = "refused"
+                raise ConnectionAbortedError(conn.reason)
+
+
+# --------------------------------------------------------------------- parsing helpers
+
+
+def _same_name(name: str) -> str:
+    try:
+        return normalise_host(name)
+    except ValueError:
+        return name
+
+
+def _parse_request(head: bytes) -> tuple[bytes, bytes, list[tuple[bytes, bytes]]]:
+    """(method, target, headers) of a request head, or Refused for anything not strictly HTTP/1.x."""
+    lines = head[:-4].split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise Refused("malformed request line", status=400)
+    method, target, _ = parts
+    if not target or any(c <= 0x20 or c >= 0x7F for c in target):
+        raise Refused("malformed request target", status=400)
+    headers = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name):
+            raise Refused("malformed header line", status=400)
+        value = value.strip(b" \t")
+        if any((c < 0x20 and c != 0x09) or c == 0x7F for c in value):
+            raise Refused("control character in a header value", status=400)
+        headers.append((name, value))
+    return method, target, headers
+
+
+def _split_authority(authority: str, *, default_port: int | None) -> tuple[str, int]:
+    """(normalised host, port) of `host:port` or `[v6]:port`, or Refused."""
+    text = authority.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else (None if not rest else "x")
+    elif text.count(":") == 1:
+        host, _, port_text_ = text.partition(":")
+        port_text = port_text_
+    else:
+        host, port_text = text, None
+    if port_text is None:
+        if default_port is None:
+            raise Refused(f"no port in {authority!r}", status=400)
+        port = default_port
+    elif port_text.isdigit() and 0 < int(port_text) < 65536:
+        port = int(port_text)
+    else:
+        raise Refused(f"bad port in {authority!r}", status=400)
+    try:
+        return normalise_host(host), port
+    except ValueError:
+        raise Refused(f"not a host name: {host!r}", status=400) from None
+
+
+def _body_framing(headers: list[tuple[bytes, bytes]]) -> tuple[int, bool]:
+    """(Content-Length, chunked) of a request; Refused for framing two parsers could read differently."""
+    lengths = [value for name, value in headers if name.lower() == b"content-length"]
+    encodings = [value for name, value in headers if name.lower() == b"transfer-encoding"]
+    if encodings:
+        if lengths or len(encodings) > 1 or encodings[0].strip().lower() != b"chunked":
+            raise Refused("only Transfer-Encoding: chunked, alone, is forwarded", status=400)
+        return 0, True
+    if len(set(lengths)) > 1 or (lengths and not lengths[0].isdigit()) or (lengths and len(lengths[0]) > 18):
+        raise Refused("bad Content-Length", status=400)
+    return (int(lengths[0]) if lengths else 0), False
+
+
+def _close_response(head: bytes) -> bytes:
+    """The response head with its connection closed after it: the proxy serves one request a connection."""
+    lines = head[:-4].split(b"\r\n")
+    kept = [
+        line
+        for line in lines[1:]
+        if line.split(b":", 1)[0].strip().lower() not in (b"connection", b"keep-alive")
+    ]
+    return b"\r\n".join([lines[0], *kept, b"Connection: close"]) + b"\r\n\r\n"
