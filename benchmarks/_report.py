@@ -707,6 +707,11 @@ def render_document(results: dict[str, Any]) -> str:
 
         out.title("Host tools called from session code", 2)
         out.text(host_tools.markdown(results["host_tools"]))
+    if results.get("container"):  # benchmarks/container.py, run by run.py
+        import container
+
+        out.title("Container boundary: a new session's first call", 2)
+        out.text(container.markdown(results["container"]))
     return str(out)
 
 
