@@ -148,6 +148,12 @@ class BaseBoundary(ABC):
         False if it is busy, unknown, or this boundary has nothing to stop."""
         return False
 
+    def set_room_maker(self, make_room: Callable[[list[str]], bool] | None) -> None:
+        """Installed by an engine with a store: at the boundary's cap on live processes,
+        `make_room(idle)` is asked to hibernate one of `idle` (least recently used first) and says
+        whether it did. A boundary without such a cap ignores it."""
+        return
+
     def session_lost(self, session: str) -> bool:
         """Whether the session's state was lost (its worker ended) and it would restart empty."""
         return False
