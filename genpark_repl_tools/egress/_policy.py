@@ -70,6 +70,8 @@ class Entry:
     def parse(cls, text: str) -> Entry:
         spec = text.strip()
         ports: tuple[int, ...] = DEFAULT_PORTS
+        if "/" in spec:
+            raise ValueError(f"{text!r}: expected host[:port], not a URL")
         if spec.startswith("["):
             host, sep, rest = spec[1:].partition("]")
             if not sep or (rest and not rest.startswith(":")):
