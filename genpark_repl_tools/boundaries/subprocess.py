@@ -15,14 +15,14 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
 from .._boundary import BaseBoundary, ExecutionRequest, cancelled_before_start
-from .._exceptions import BoundaryError, SessionNotFound
+from .._exceptions import BoundaryError, CapacityError, SessionNotFound
 from .._files import WorkspaceDir
 from .._limits import Limits
 from .._models import ExecutionResult, SessionRestore, SnapshotManifest, VariableInfo
@@ -67,6 +67,7 @@ class _SessionState:
         "lost",
         "name",
         "running",
+        "running_since",
         "worker",
         "workspace",
     )
@@ -81,6 +82,7 @@ class _SessionState:
         self.lost: str | None = None  # why the next worker starts without the old namespace
         self.closed = False
         self.running: ExecutionRequest | None = None  # the call waiting on the worker now
+        self.running_since = 0.0
         self.checkpointed = False  # whether the last cell ran with a checkpoint (or was rolled back)
 
 
@@ -101,7 +103,9 @@ class SubprocessBoundary(BaseBoundary):
         workspace_root  directory holding one workspace per session (default: a temporary
                         directory removed on close; Policy.workspace if the policy sets one)
         session_ttl_s   idle sessions are closed after this many seconds (None: never)
-        max_workers     live worker processes at most; CapacityError beyond
+        max_workers     live worker processes at most (checkpoint copies are not counted); at
+                        the cap, an engine with a store hibernates the least recently used idle
+                        session to free its worker; CapacityError when none can go
         network         True lets workers use the network (default: none)
         confine_reads   False lets workers read any file their user may read
         read_paths      extra paths workers may read (with confine_reads)
@@ -167,6 +171,7 @@ class SubprocessBoundary(BaseBoundary):
         self._root, self._owns_root = prepare_workspace_root(workspace_root, policy, dropping=uid is not None)
         self._sessions: SessionTable[_SessionState] = SessionTable(limits.max_sessions)
         self._evicted: OrderedDict[str, None] = OrderedDict()  # guarded by self._sessions.lock
+        self._make_room: Callable[[list[str]], bool] | None = None
         config = zygote_config(
             policy,
             limits,
@@ -475,7 +480,7 @@ class SubprocessBoundary(BaseBoundary):
             worker.send_tools(tools.offer())
         sent = time.monotonic()
         rid = worker.send(P.EXEC, P.encode_exec(request.code, timeout))
-        state.running = request
+        state.running, state.running_since = request, sent
         try:
             if worker.pid is None:
                 self._await_ready(state, worker, out, err)  # the cell's first output may come with READY
@@ -554,7 +559,9 @@ class SubprocessBoundary(BaseBoundary):
         """Make the checkpoint the zygote kept for `dead` the session's worker: the session is as it
         was before the cell (caller holds state.lock). On failure the result stays a loss."""
         try:
-            worker = state.worker = self._pool.resume(dead, state.execution_count)
+            worker = state.worker = self._launch(
+                state, lambda: self._pool.resume(dead, state.execution_count)
+            )
             self._await_ready(state, worker)
         except BoundaryError as exc:
             result.notes.append(f"Rolling back to the checkpoint taken before this cell failed: {exc}")
@@ -628,8 +635,61 @@ class SubprocessBoundary(BaseBoundary):
         return True
 
     def _start_worker(self, state: _SessionState, *, restarted: bool) -> WorkerHandle:
-        worker = state.worker = self._pool.start(state.name, state.workspace, restarted=restarted)
+        worker = state.worker = self._launch(
+            state, lambda: self._pool.start(state.name, state.workspace, restarted=restarted)
+        )
         return worker
+
+    def set_room_maker(self, make_room: Callable[[list[str]], bool] | None) -> None:
+        self._make_room = make_room
+
+    def _launch(self, state: _SessionState, launch: Callable[[], WorkerHandle]) -> WorkerHandle:
+        """A new worker for `state` (caller holds its lock). At max_workers, the room maker (an
+        engine with a store) hibernates an idle session, and the launch is tried again: another
+        call may have taken the freed slot meanwhile, so until nothing more can go."""
+        while True:
+            try:
+                return launch()
+            except CapacityError as exc:
+                make_room = self._make_room
+                if make_room is None:
+                    raise CapacityError(
+                        f"{exc}. With a store (ReplEngine(store=...)), idle sessions hibernate to it "
+                        "and free their workers"
+                    ) from None
+                if not make_room(self._idle_sessions(state)):
+                    raise self._no_room() from None
+
+    def _idle_sessions(self, state: _SessionState) -> list[str]:
+        """Sessions with a live worker and no call running, least recently used first (read
+        without their locks: hibernation checks each again under its own)."""
+        idle = [
+            s
+            for s in self._sessions.values()
+            if s is not state
+            and not s.closed
+            and s.running is None
+            and s.worker is not None
+            and not s.worker.dead
+        ]
+        idle.sort(key=lambda s: s.last_used)
+        return [s.name for s in idle]
+
+    def _no_room(self) -> CapacityError:
+        cap = self.max_workers
+        now = time.monotonic()
+        running = [now - s.running_since for s in self._sessions.values() if s.running is not None]
+        oldest = f"the oldest has run for {max(running):.1f} s" if running else ""
+        if running and len(running) >= (cap or 0):
+            return CapacityError(
+                f"all {cap} workers are running calls (max_workers={cap}); {oldest}. Try again when one "
+                "finishes, or raise max_workers"
+            )
+        calls = f"{len(running)} are running calls ({oldest}); " if running else ""
+        return CapacityError(
+            f"all {cap} workers are in use (max_workers={cap}) and none could hibernate: {calls}the others "
+            "are busy or hold changes the store could not save. Try again shortly, or raise max_workers"
+        )
 
     def _await_ready(
         self,

@@ -88,6 +88,8 @@ class Durability:
         self.hibernate_after_s = hibernate_after_s
         self.save_every_s = save_every_s if store is not None else None
         self._stop = threading.Event()
+        if store is not None:  # workers become a cache over the store: at the cap, idle ones hibernate
+            boundary.set_room_maker(_weak_room_maker(weakref.ref(self)))
         periods = [p for p in (hibernate_after_s, self.save_every_s) if p is not None]
         if periods:
             interval = min(max(min(periods) / 4, 0.05), 30.0)
@@ -100,6 +102,8 @@ class Durability:
 
     def close(self) -> None:
         self._stop.set()
+        if self.store is not None:
+            self.boundary.set_room_maker(None)
 
     def snapshot(self, name: str) -> SessionSnapshot:
         return self.boundary.snapshot_session(name, self.key)
@@ -255,6 +259,17 @@ class Durability:
             self._last_used.pop(name, None)
         return stopped
 
+    def make_room(self, idle: list[str]) -> bool:
+        """Hibernate the first of `idle` (least recently used first) that can go: the boundary is at
+        its worker cap. False if none could (busy, unsaved, or the store failed)."""
+        for name in idle:
+            try:
+                if self.hibernate(name):
+                    return True
+            except Exception:  # a store hiccup on this one: the next may still go
+                continue
+        return False
+
     def flush(self, names: list[str] | None = None) -> None:
         """Save the sessions whose changes wait for their save (all, or `names`), before they close.
         Every one is tried; the first failure is raised after."""
@@ -332,6 +347,15 @@ def _hibernator(ref: weakref.ref[Durability], stop: threading.Event, interval: f
         if durability.hibernate_after_s is not None:
             durability.hibernate_idle()
         del durability
+
+
+def _weak_room_maker(ref: weakref.ref[Durability]) -> Callable[[list[str]], bool]:
+    # Weak: the boundary must not keep the engine's Durability (and its thread) alive.
+    def make_room(idle: list[str]) -> bool:
+        durability = ref()
+        return durability is not None and durability.make_room(idle)
+
+    return make_room
 
 
 def _ran(result: ExecutionResult) -> bool:
