@@ -627,6 +627,10 @@ def _split_authority(authority: str, *, default_port: int | None) -> tuple[str, 
     elif text.count(":") == 1:
         host, _, port_text_ = text.partition(":")
         port_text = port_text_
+    elif parse_address(text) is None and ":" in text:
+        # An IPv6 Host header some clients (httpx) send without brackets; an ambiguous one then
+        # fails the comparison with the URI's host, which is a refusal.
+        host, _, port_text = text.rpartition(":")
     else:
         host, port_text = text, None
     if port_text is None:

@@ -60,7 +60,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.rfile.readline()
                 if size == 0:
                     break
-        seen = {"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body.decode()}
+        seen = {
+            "method": self.command,
+            "path": self.path,
+            "headers": dict(self.headers),
+            "body": body.decode(),
+        }
         self.server_record.received.append(seen)
         query = parse_qs(urlsplit(self.path).query)
         if self.path.startswith("/redirect"):
@@ -69,10 +74,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        if self.path.startswith("/big"):
-            payload = b"x" * int(query["n"][0])
-        else:
-            payload = json.dumps(seen).encode()
+        big = self.path.startswith("/big")
+        payload = b"x" * int(query["n"][0]) if big else json.dumps(seen).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))

@@ -74,7 +74,9 @@ def test_what_entries_match() -> None:
 
 def test_secret_names_and_hosts_are_checked_and_the_value_is_not_shown() -> None:
     secret = Secret(value="s3cr3t-value", hosts=["api.example.com:443"])
-    assert "s3cr3t-value" not in repr(secret) and "s3cr3t-value" not in str(NetworkPolicy(secrets={"T": secret}))
+    assert "s3cr3t-value" not in repr(secret) and "s3cr3t-value" not in str(
+        NetworkPolicy(secrets={"T": secret})
+    )
     with pytest.raises(ValidationError, match="not an environment variable name"):
         NetworkPolicy(secrets={"MY-TOKEN": secret})
     with pytest.raises(ValidationError, match="expected host"):
