@@ -297,9 +297,13 @@ def main(argv: list[str] | None = None) -> int:
             _progress(len(done), total, done[-1])
 
     results = _report.collect(found, keys, done, s, machine)
-    results["checkpoints"] = _checkpoints(args.python, s.quick)
-    results["host_tools"] = _host_tools(args.python, s.quick)
-    results["container"] = _container(args.python, s.quick)
+    quick = s.quick
+    checkpoint_args = ["--sizes", "0,10,100", "--cells", "10", "--fork-mb", "110"] if quick else []
+    results["checkpoints"] = _side_figures("checkpoints", args.python, checkpoint_args, 600)
+    tool_args = ["--calls", "500", "--rounds", "3"] if quick else []
+    results["host_tools"] = _side_figures("host_tools", args.python, tool_args, 600)
+    container_args = ["--sessions", "5" if quick else "20"]
+    results["container"] = _side_figures("container", args.python, container_args, 900)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print(_report.render(results, markdown=False))
@@ -311,48 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _checkpoints(python: str, quick: bool) -> dict[str, Any] | None:
-    """benchmarks/checkpoints.py's figures (None if it failed or is not on Linux), bounded in time."""
-    sizes = ["--sizes", "0,10,100", "--cells", "10", "--fork-mb", "110"] if quick else []
+def _side_figures(name: str, python: str, args: list[str], timeout: float) -> dict[str, Any] | None:
+    """The figures of benchmarks/<name>.py, run in its own process with `--json` (None if it failed or
+    cannot run here: not Linux, no Docker), bounded in time."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "checkpoints.json"
-        script = Path(__file__).with_name("checkpoints.py")
+        out = Path(tmp) / f"{name}.json"
+        script = Path(__file__).with_name(f"{name}.py")
         try:
-            subprocess.run([python, str(script), "--json", str(out), *sizes], check=True, timeout=600)
+            subprocess.run([python, str(script), "--json", str(out), *args], check=True, timeout=timeout)
             figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            print(f"checkpoint benchmark skipped: {exc}", file=sys.stderr)
-            return None
-    return figures
-
-
-def _host_tools(python: str, quick: bool) -> dict[str, Any] | None:
-    """benchmarks/host_tools.py's figures (None if it failed), bounded in time."""
-    counts = ["--calls", "500", "--rounds", "3"] if quick else []
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "host_tools.json"
-        script = Path(__file__).with_name("host_tools.py")
-        try:
-            subprocess.run([python, str(script), "--json", str(out), *counts], check=True, timeout=600)
-            figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            print(f"host tools benchmark skipped: {exc}", file=sys.stderr)
-            return None
-    return figures
-
-
-def _container(python: str, quick: bool) -> dict[str, Any] | None:
-    """benchmarks/container.py's figures (None without Docker, or if it failed), bounded in time; its
-    table is printed here (the report leaves it out until the lead places it)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "container.json"
-        script = Path(__file__).with_name("container.py")
-        sessions = ["--sessions", "5" if quick else "20"]
-        try:
-            subprocess.run([python, str(script), "--json", str(out), *sessions], check=True, timeout=900)
-            figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            print(f"container benchmark skipped: {exc}", file=sys.stderr)
+            print(f"{name} benchmark skipped: {exc}", file=sys.stderr)
             return None
     return figures
 
