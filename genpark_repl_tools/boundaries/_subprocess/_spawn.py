@@ -44,6 +44,7 @@ _MIN_HEADROOM_MB = 64
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 # One thread per library pool keeps the zygote single-threaded after `preload` and keeps workers
 # from multiplying their threads by the core count; pass env={...} to override.
+_SNAPSHOT_MODULES = ("genpark_repl_tools.snapshot._load", "genpark_repl_tools.snapshot._save")
 _THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
@@ -134,7 +135,9 @@ def zygote_config(
         "checkpoints": checkpoints,
         "policy": policy.model_dump(mode="json"),
         "limits": limits.model_dump(mode="json"),
-        "preload": list(preload),
+        # The snapshot code too: a worker restoring a hibernated session would import it on every
+        # return (about 20 ms); imported once in the zygote, each fork shares it.
+        "preload": [*preload, *_SNAPSHOT_MODULES],
         "workspace_root": str(workspace_root),
         "sandbox": {
             "uid": uid,
