@@ -8,15 +8,21 @@ timeout, a small memory limit, and waits capped by _procs.WAIT_S.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from _procs import alive, wait_for, wait_gone
+from _procs import WAIT_S, alive, wait_for, wait_gone
 
 from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools.boundaries._subprocess._zygote import _Zygote
 
 pytest.importorskip("genpark_repl_tools.boundaries.subprocess")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc")]
@@ -135,11 +141,6 @@ def test_between_cells_one_new_copy_waits(engine: ReplEngine) -> None:
     assert wait_for(lambda: len(children(pid)) <= 2, timeout=5) or len(children(pid)) <= 3
 
 
-@pytest.mark.xfail(
-    reason="open: under load, a crash that arrives while the copy after the last reply is still being "
-    "forked can find no copy to resume ('could not start: it exited during setup'); quiet runs pass",
-    strict=False,
-)
 def test_the_copy_holds_the_state_from_just_before_the_cell(engine: ReplEngine) -> None:
     # Each request in a row changes the state, the next one crashes: the copy it resumes from was
     # forked after the last reply, even when the crashing request arrives while that fork runs.
@@ -153,6 +154,65 @@ def test_the_copy_holds_the_state_from_just_before_the_cell(engine: ReplEngine) 
     failed = engine.run("import os\nos._exit(1)")
     assert failed.rolled_back is True
     assert engine.run("'kept' in dir()").value == "False"
+
+
+# A worker as the zygote sees one: the leader of its own process group, with a copy in that group
+# that waits on the checkpoint channel (given as argv[1]); it announces the copy's pid, then the
+# announcement given as argv[2] ("copy": that pid again, "none": 0), prints the pid and waits.
+FAKE_WORKER = """
+import os, socket, struct, sys, time
+channel = socket.socket(fileno=int(sys.argv[1]))
+copy = os.fork()
+if copy == 0:
+    channel.recv(64)
+    os._exit(0)
+channel.send(struct.pack("!i", copy))
+channel.send(struct.pack("!i", copy if sys.argv[2] == "copy" else 0))
+print(copy, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("announced", ["copy", "none"])
+def test_a_kill_handled_before_the_announcement_was_read_spares_the_copy(announced: str) -> None:
+    # The interleaving of a crash right after the copy was forked, forced: the host's kill reaches
+    # the zygote before its loop has read the worker's announcement. The copy announced last is
+    # kept (only the worker is killed); with "no copy" announced last, the whole group goes.
+    ctl, host = socket.socketpair()
+    zygote = _Zygote(ctl)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", FAKE_WORKER, str(theirs.fileno()), announced],
+        pass_fds=[theirs.fileno()],
+        stdout=subprocess.PIPE,
+        start_new_session=True,  # its own process group, as a worker's
+    )
+    theirs.close()
+    copy = 0
+    try:
+        assert worker.stdout is not None
+        copy = int(worker.stdout.readline())  # both announcements are in the channel now
+        zygote.checkpoints = True
+        zygote._started("w", worker.pid, ours.detach())
+        zygote._kill("w")
+        assert worker.wait(WAIT_S) == -signal.SIGKILL
+        if announced == "copy":
+            assert alive(copy)
+            assert zygote.announced["w"] == copy
+        else:
+            assert wait_gone([copy]) == []
+    finally:
+        if copy:
+            with contextlib.suppress(OSError):
+                os.kill(copy, signal.SIGKILL)
+        zygote._close_channel("w")
+        zygote.selector.close()
+        for fd in (zygote.wake_r, zygote.wake_w):
+            os.close(fd)
+        ctl.close()
+        host.close()
+        worker.kill()
+        worker.communicate(timeout=WAIT_S)
 
 
 def test_copies_do_not_outlive_the_session_or_the_engine() -> None:

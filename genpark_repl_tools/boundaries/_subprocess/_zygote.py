@@ -396,6 +396,10 @@ class _Zygote:
         pid = self.by_token.get(token)
         if pid is None:
             return
+        # The worker announces its copy before it reads the request being stopped, so the
+        # announcement is in the channel already, but this loop may not have read it yet (the host's
+        # kill can be handled first): read it now, or a stale "no copy" would kill the copy too.
+        self._read_channel(token)
         if self.announced.get(token):
             # Only the worker for now: its copy is in its group. _reap moves the copy out of the
             # group once it is ours, then kills the rest of the group.
@@ -446,10 +450,10 @@ class _Zygote:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            parent, group = int(fields[1]), int(fields[2])
+            state, parent, group = fields[0], int(fields[1]), int(fields[2])
         except (OSError, ValueError, IndexError):
             return False
-        if parent != os.getpid() or group != worker_pid:
+        if state in ("Z", "X") or parent != os.getpid() or group != worker_pid:  # a dead copy cannot resume
             return False
         try:
             os.setpgid(pid, pid)  # out of the group that is about to be killed
