@@ -159,6 +159,11 @@ def resolve(name: str) -> list[str]:
 
 
 @pytest.fixture
+def resolver() -> Callable[[str], list[str]]:
+    return resolve
+
+
+@pytest.fixture
 def policy(http_server: Server, https_server: Server) -> NetworkPolicy:
     """api.test on both servers' ports; 127.0.0.1 on those ports too, since the test servers are on
     loopback and the proxy refuses loopback unless the exact address is listed."""
