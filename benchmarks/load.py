@@ -91,6 +91,7 @@ def run_load(store: SessionStore, conversations: int, workers: int, callers: int
         create_s = time.perf_counter() - start
         memory = memory_mb()
         live = engine.describe()["workers"]["live"]
+        processes = len(descendants(os.getpid()))  # zygote, workers, their checkpoint copies
 
         returns: list[float] = []
         lost: list[int] = []
@@ -114,6 +115,7 @@ def run_load(store: SessionStore, conversations: int, workers: int, callers: int
         "memory_mb_after_create": round(memory, 1),
         "memory_mb_peak_seen": round(peak_memory, 1),
         "live_workers_after_create": live,
+        "child_processes_after_create": processes,
         "returns_measured": len(returns),
         "return_median_ms": round(statistics.median(returns), 1) if returns else None,
         "return_p95_ms": round(percentile(returns, 0.95), 1) if returns else None,
