@@ -82,7 +82,8 @@ def _package_wheel(into: Path) -> Path:
                 "pip",
                 "wheel",
                 "--no-deps",
-                "--no-build-isolation",
+                # In isolation, as any pip install of it: pyproject's build requirements, not whatever
+                # this environment has (a Python 3.11 venv's setuptools 65 cannot build a wheel alone).
                 "-w",
                 str(into),
                 str(source),
