@@ -140,6 +140,15 @@ class Secret(BaseModel):
     def _parse_hosts(cls, value: object) -> tuple[str, ...]:
         return _entries(value)
 
+    @field_validator("value")
+    @classmethod
+    def _fits_a_header(cls, value: SecretStr) -> SecretStr:
+        # The value is written into request headers: a line break would start a header of its own.
+        text = value.get_secret_value()
+        if not text or not text.isascii() or any(c < " " or c == "\x7f" for c in text):
+            raise ValueError("a secret's value must be printable ASCII without line breaks")
+        return value
+
     def entries(self) -> tuple[Entry, ...]:
         return tuple(Entry.parse(host) for host in self.hosts)
 

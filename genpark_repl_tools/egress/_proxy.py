@@ -50,6 +50,7 @@ _HOP_BY_HOP = frozenset(
 )
 _CHUNK = 1 << 16
 _RECORDS_KEPT = 10_000
+_PLACEHOLDER_LENGTH = len("genpark-secret-") + 32
 _UPSTREAM_HEAD = 1 << 18  # a server's response head (cookies can be large); the server is one we chose
 
 
@@ -78,6 +79,7 @@ class _Connection:
     address: str | None = None
     bytes_up: int = 0
     bytes_down: int = 0
+    body_tail: bytes = b""
 
 
 @dataclass
@@ -178,9 +180,7 @@ class EgressProxy:
         """Start a listener for `session` (loopback TCP on a free port, or a Unix socket at `unix_path`)."""
         if self._loop.is_closed():
             raise RuntimeError("the proxy is closed")
-        placeholders = {
-            name: f"genpark-secret-{name}-{_secrets.token_hex(16)}" for name in sorted(policy.secrets)
-        }
+        placeholders = {name: f"genpark-secret-{_secrets.token_hex(16)}" for name in sorted(policy.secrets)}
         state = _Session(session, policy, {value: name for name, value in placeholders.items()})
         address: tuple[str, int] | str = self._call(self._listen(state, unix_path))
         return SessionEndpoint(session, address, placeholders)
@@ -264,10 +264,10 @@ class EgressProxy:
             conn.reason = refusal.reason
             await self._reply(writer, refusal.status, refusal.reason)
         except Exception as exc:  # the proxy outlives whatever one connection does
-            if conn.verdict == "allowed" and not conn.reason:
-                conn.reason = f"cut: {type(exc).__name__}"
-            elif conn.verdict != "allowed":
-                conn.verdict, conn.reason = "failed", conn.reason or f"{type(exc).__name__}: {exc}"
+            if not conn.reason:  # else the reason was set where the connection was cut
+                conn.reason = f"cut: {type(exc).__name__}: {exc}"[:200]
+                if conn.verdict == "refused":  # nothing was decided yet: an error, not a refusal
+                    conn.verdict = "failed"
             if not isinstance(exc, (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError)):
                 logger.exception("egress proxy: unexpected error on a %s connection", state.name)
         finally:
@@ -505,15 +505,24 @@ class EgressProxy:
         head += b"".join(b"%s: %s\r\n" % pair for pair in kept)
         head += b"Connection: close\r\n\r\n"
         head = self._secrets(state, conn, head)
+        # The body's start is read before connecting, so a placeholder in a small body is refused
+        # before the server hears anything.
+        first = b""
+        if length:
+            try:
+                first = await asyncio.wait_for(reader.readexactly(min(length, _CHUNK)), self.idle_timeout)
+            except asyncio.IncompleteReadError:
+                raise Refused("the client closed before its request body ended", status=400) from None
+            self._no_placeholder_in_body(state, conn, first)
         addresses = await self._decide(state, conn)
         up_reader, up_writer = await self._connect(conn, addresses)
         conn.verdict = "allowed"
         try:
-            await self._send(state, conn, up_writer, head, up=True)
+            await self._send(state, conn, up_writer, head + first, up=True)
             if chunked:
                 await self._copy_chunked(state, conn, reader, up_writer)
-            elif length:
-                await self._copy_exactly(state, conn, reader, up_writer, length)
+            elif length > len(first):
+                await self._copy_exactly(state, conn, reader, up_writer, length - len(first))
             response = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), self.idle_timeout)
             await self._send(state, conn, writer, _close_response(response), up=False)
             await self._pump(state, conn, up_reader, writer, up=False)
@@ -528,10 +537,8 @@ class EgressProxy:
                 continue
             secret = state.policy.secrets[name]
             if not any(entry.matches(conn.host, conn.port) for entry in secret.entries()):
-                raise Refused(
-                    f"the placeholder of secret {name} was sent to {conn.host}, not one of its hosts"
-                )
-            value = secret.value.get_secret_value().encode("latin-1")
+                raise Refused(f"secret {name}'s placeholder sent to {conn.host}, not one of its hosts")
+            value = secret.value.get_secret_value().encode("ascii")
             head = head.replace(token, value)
         return head
 
@@ -579,12 +586,16 @@ class EgressProxy:
 
     def _no_placeholder_in_body(self, state: _Session, conn: _Connection, data: bytes) -> None:
         # Bodies are not rewritten; a placeholder in one is refused whatever the host, so it never
-        # travels anywhere in place of its value. (One split across two reads is not caught.)
+        # travels anywhere in place of its value. The previous read's tail catches one split in two.
+        seen = conn.body_tail + data
         for placeholder, name in state.placeholders.items():
-            if placeholder.encode("ascii") in data:
-                conn.reason = f"the placeholder of secret {name} in a request body"
-                conn.verdict = "refused"
-                raise ConnectionAbortedError(conn.reason)
+            if placeholder.encode("ascii") in seen:
+                reason = f"secret {name}'s placeholder in a request body (only headers are rewritten)"
+                if conn.verdict != "allowed":
+                    raise Refused(reason)
+                conn.verdict, conn.reason = "refused", reason
+                raise ConnectionAbortedError(reason)
+        conn.body_tail = seen[-_PLACEHOLDER_LENGTH:]
 
 
 # --------------------------------------------------------------------- parsing helpers

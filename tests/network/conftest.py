@@ -85,10 +85,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = _answer
 
 
+class _Quiet(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # the proxy cuts connections on purpose in some tests; the tests check what arrived
+
+
 def _serve(context: ssl.SSLContext | None) -> Iterator[Server]:
     record = Server(port=0)
     handler = type("Handler", (_Handler,), {"server_record": record})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd = _Quiet(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
     if context is not None:
         httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
