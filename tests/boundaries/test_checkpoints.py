@@ -102,6 +102,30 @@ def test_a_memory_bomb_leaves_the_variables_from_before(engine: ReplEngine) -> N
     assert_as_before(engine)
 
 
+def test_the_first_cell_waits_for_no_fork_and_is_still_rolled_back(engine: ReplEngine) -> None:
+    # A new worker's state is any new worker's: it runs its first cell without a copy of its own, and
+    # a crash there leaves a new worker, with the count going on.
+    first = engine.run("import os\nme = os.getpid()\nopen(f'/proc/{me}/task/{me}/children').read()")
+    assert (first.status, first.value) == ("ok", "''")
+    assert not any("checkpoint" in note for note in first.notes)
+    engine.run("x = 1")  # from its reply on, the worker keeps a copy of its own
+    crashed = engine.run("import os\nos._exit(1)")
+    assert (crashed.status, crashed.rolled_back) == ("crashed", True)
+    assert engine.run("x").value == "1"
+    with ReplEngine(policy="trusted", boundary="subprocess", limits=Limits(timeout_s=2)) as other:
+        crashed = other.run("x = 1\nimport os\nos._exit(1)")
+        assert (crashed.status, crashed.rolled_back, crashed.execution_count) == ("crashed", True, 1)
+        assert ROLLED_BACK in crashed.to_observation()
+        # The new worker stands for the state before its first request too, and then keeps copies.
+        assert other.run("import os\nos._exit(1)").rolled_back is True
+        after = other.run("'x' in dir()")
+        assert (after.status, after.value, after.session_restarted) == ("ok", "False", False)
+        assert after.execution_count == 3
+        assert other.run("y = 2").status == "ok"
+        assert other.run("import os\nos._exit(1)").rolled_back is True
+        assert other.run("y").value == "2"
+
+
 def test_rollbacks_follow_each_other_and_the_count_goes_on(engine: ReplEngine) -> None:
     engine.run(SETUP)
     for n in range(3):
@@ -193,7 +217,7 @@ def test_a_kill_handled_before_the_announcement_was_read_spares_the_copy(announc
         assert worker.stdout is not None
         copy = int(worker.stdout.readline())  # both announcements are in the channel now
         zygote.checkpoints = True
-        zygote._started("w", worker.pid, ours.detach())
+        zygote._started("w", worker.pid, ours.detach(), {})
         zygote._kill("w")
         assert worker.wait(WAIT_S) == -signal.SIGKILL
         if announced == "copy":
@@ -220,7 +244,9 @@ def test_copies_do_not_outlive_the_session_or_the_engine() -> None:
     try:
         if not engine.boundary.supports_rollback:
             pytest.skip("checkpoints need a child subreaper (Linux)")
-        # A cell that runs while the copy waits: both pids are seen from inside.
+        # A cell that runs while the copy waits: both pids are seen from inside (the first cell's
+        # copy is a new worker the zygote would fork, so the second one is asked).
+        engine.run("x = 0")
         ran = engine.run(
             "import os\nme = os.getpid()\n"
             "with open(f'/proc/{me}/task/{me}/children') as f:\n    copy = f.read()\n"

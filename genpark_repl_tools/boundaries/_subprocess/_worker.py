@@ -253,6 +253,9 @@ class _Worker:
         self.channel = channel
         self.copy_pid = 0
         self.no_copy = "no copy was taken yet"
+        # Until the first request is answered the state is a new worker's, and the zygote stands
+        # for its copy with a new worker (so the first request waits for no fork).
+        self.fresh = channel is not None
         self.dropped: list[int] = []  # earlier copies, killed and not reaped yet
         self.zygote_pid = os.getppid()
         self._cells_since_collect = 0
@@ -265,7 +268,8 @@ class _Worker:
         while True:
             try:
                 P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
-                self._checkpoint()  # the first request's, while the host reads READY
+                if not self.fresh:  # a resumed copy: the next request's, while the host reads READY
+                    self._checkpoint()
                 frames = self.frames = P.FrameBuffer()
                 self.held.clear()
                 sock = self.sock
@@ -340,7 +344,7 @@ class _Worker:
 
     def _exec(self, payload: bytes) -> tuple[int, bytes]:
         code, timeout_s = P.decode_exec(payload)
-        if self.channel is not None and not self.copy_pid:
+        if self.channel is not None and not self.copy_pid and not self.fresh:
             # Said before the cell runs: the host words it, in the result or for the crash.
             P.send_frame(self.sock, P.NO_CHECKPOINT, _encode(self.no_copy), rid=self.current)
         started = time.perf_counter()
@@ -443,19 +447,21 @@ class _Worker:
             self.held.append(frame)  # for the loop, after this cell
 
     # ---- checkpoints ------------------------------------------------------------------------------
-    # After each reply (and after READY) the worker forks a copy of itself that waits, paused, on the
-    # checkpoint channel: the state then is exactly the state the next request starts from, and the
-    # worker would otherwise wait for that request. If the next cell ends this process, the zygote
-    # (the copy's parent from then on: it is a child subreaper) moves the copy out of the dead
-    # worker's process group before killing that group, and on the host's request hands it a new
-    # socket and pipes: the session goes on with its state from before the cell. The previous copy
-    # goes once the new one exists.
+    # After each reply (and after a resumed copy's READY) the worker forks a copy of itself that
+    # waits, paused, on the checkpoint channel: the state then is exactly the state the next request
+    # starts from, and the worker would otherwise wait for that request. If the next cell ends this
+    # process, the zygote (the copy's parent from then on: it is a child subreaper) moves the copy
+    # out of the dead worker's process group before killing that group, and on the host's request
+    # hands it a new socket and pipes: the session goes on with its state from before the cell. The
+    # previous copy goes once the new one exists.
     #
     # Why every interleaving is safe: the zygote resumes only the last pid announced. Before the
     # fork the worker announces 0 (the previous copy holds the state from before the request just
     # answered, stale now), and the new pid only once the copy exists; requests are served one at a
     # time after this returns. So a cell runs either with the announced copy of the state from just
     # before it, or with none announced, and then it says so (NO_CHECKPOINT) before it runs.
+    # A new worker announces nothing before its first request: the zygote then forks a new worker
+    # from the same spawn request as its copy, and the 0 announced after that request retracts it.
 
     def _checkpoint(self) -> None:
         """Replace the copy with one of the state as it is now, or record why there is none."""
@@ -464,7 +470,13 @@ class _Worker:
             return
         old, self.copy_pid = self.copy_pid, 0
         self._reap_dropped()
-        if old:
+        if self.fresh:
+            # The zygote must not stand a new worker for this state any more; waited for, since
+            # unlike a stale copy (killed below), its stand-in cannot be taken back from here.
+            self.fresh = False
+            with contextlib.suppress(OSError):  # the zygote is gone: nothing is resumed either way
+                channel.send(P.CHECKPOINT_PID.pack(0))
+        elif old:
             try:
                 channel.send(P.CHECKPOINT_PID.pack(0), socket.MSG_DONTWAIT)
             except OSError:  # the zygote might still resume it: it must not exist any more
@@ -729,6 +741,7 @@ def prepare(
     boundary: str,
     *,
     restarted: bool,
+    execution_count: int = 0,
     channel_fd: int = -1,
 ) -> Callable[[], None]:
     """Set up the session in a sandboxed, forked worker; returns its loop, which serves requests
@@ -740,6 +753,7 @@ def prepare(
     _install_streams()
     session = Session(session_name, runtime)
     session.restarted = restarted
+    session.execution_count = execution_count
     channel = None
     if channel_fd >= 0:
         os.set_inheritable(channel_fd, False)

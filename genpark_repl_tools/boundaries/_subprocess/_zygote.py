@@ -84,10 +84,14 @@ class _Zygote:
         # Checkpoints (see _worker._Worker._checkpoint): per worker token, our end of its checkpoint
         # channel (a raw descriptor: a socket object's finalizer could close a reused number in a
         # fork), the pid of the copy it last announced, and the copies of dead workers we hold.
+        # Until a worker announces anything, its state is a new worker's: its copy is a new worker
+        # forked from its spawn request (kept in `fresh`), so its first request waits for no fork.
         self.checkpoints = False
         self.channels: dict[str, int] = {}
         self.announced: dict[str, int] = {}
         self.held: dict[str, int] = {}
+        self.fresh: dict[str, dict[str, Any]] = {}
+        self.held_fresh: dict[str, dict[str, Any]] = {}
 
     # ---- start ----------------------------------------------------------------------------------
 
@@ -211,7 +215,9 @@ class _Zygote:
             elif kind == P.INTERRUPT:
                 self._interrupt(json.loads(payload)["token"])
             elif kind == P.RESUME:
-                self._resume(json.loads(payload))
+                worker = self._resume(json.loads(payload))
+                if worker is not None:  # in a worker forked for a new worker's checkpoint
+                    return worker
             elif kind == P.DISCARD:
                 self._discard(json.loads(payload)["token"])
             elif kind == P.QUIT:
@@ -241,7 +247,7 @@ class _Zygote:
             else:
                 for fd in fds:
                     os.close(fd)
-                self._started(token, pid, channel)
+                self._started(token, pid, channel, request)
                 return None
             finally:
                 ours.close()
@@ -261,16 +267,17 @@ class _Zygote:
         # Also done by the child: whichever runs first, the group exists before anyone kills it.
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)
-        self._started(token, pid, channel)
+        self._started(token, pid, channel, request)
         return None
 
-    def _started(self, token: str, pid: int, channel: int) -> None:
+    def _started(self, token: str, pid: int, channel: int, request: dict[str, Any]) -> None:
         self.by_token[token] = pid
         self.by_pid[pid] = token
         if channel >= 0:
             os.set_blocking(channel, False)
             self.channels[token] = channel
             self.selector.register(channel, selectors.EVENT_READ, token)
+            self.fresh[token] = request
 
     def _fork_spare(self) -> Callable[[], None] | None:
         """Fork the next worker before anyone asks for it: the fork, and the first writes to the
@@ -380,6 +387,7 @@ class _Zygote:
                 self.limits,
                 self.boundary,
                 restarted=request["restarted"],
+                execution_count=int(request.get("execution_count", 0)),
                 channel_fd=channel_fd,
             )
         except SandboxError as exc:
@@ -425,6 +433,7 @@ class _Zygote:
                 return
             if len(data) == P.CHECKPOINT_PID.size:
                 self.announced[token] = P.CHECKPOINT_PID.unpack(data)[0]
+                self.fresh.pop(token, None)
 
     def _close_channel(self, token: str) -> None:
         channel = self.channels.pop(token, None)
@@ -435,15 +444,18 @@ class _Zygote:
             os.close(channel)
 
     def _adopt(self, token: str, worker_pid: int) -> bool:
-        """The worker `worker_pid` is a zombie: keep the copy it announced, if it is ours now.
+        """The worker `worker_pid` is a zombie: keep the copy it announced, if it is ours now, or
+        its spawn request if it announced nothing (it had changed nothing, see `fresh`).
 
         The pid comes from the session's own process, so it is checked: it must be our child now
         (the copy is re-parented to us when the worker exits) and in the dead worker's group. At
         worst a session names another process of its own, which then serves the same session."""
-        channel = self.channels.get(token)
-        if channel is None:
-            return False
-        self._read_channel(token)  # what the worker sent before it died
+        self._read_channel(token)  # what the worker sent before it died (its channel may be closed)
+        request = self.fresh.pop(token, None)
+        if request is not None:  # it had changed nothing: a new worker is its copy
+            self.held_fresh[token] = request
+            self._close_channel(token)
+            return True
         pid = self.announced.pop(token, 0)
         if pid <= 0 or token not in self.channels:
             return False
@@ -462,9 +474,13 @@ class _Zygote:
         self.held[token] = pid
         return True
 
-    def _resume(self, request: dict[str, Any]) -> None:
-        """Hand a held copy the new worker's descriptors: it serves the session from now on."""
+    def _resume(self, request: dict[str, Any]) -> Callable[[], None] | None:
+        """Hand a held copy the new worker's descriptors: it serves the session from now on. None
+        in the zygote; in a new worker forked to stand for a dead one's copy, its loop."""
         token, old = request.pop("token"), request.pop("from")
+        spawn = self.held_fresh.pop(old, None)
+        if spawn is not None:
+            return self._spawn({**spawn, "token": token, "execution_count": request["execution_count"]})
         fds = [self.fds.popleft() for _ in range(min(_FDS_PER_WORKER, len(self.fds)))]
         pid = self.held.pop(old, None)
         channel = self.channels.pop(old, None)
@@ -489,14 +505,16 @@ class _Zygote:
                     self.selector.unregister(channel)
                 os.close(channel)
             self._send(P.SPAWN_FAILED, {"token": token, "error": error})
-            return
+            return None
         assert pid is not None and channel is not None
         self.selector.modify(channel, selectors.EVENT_READ, token)
         self.channels[token] = channel
         self.by_token[token] = pid
         self.by_pid[pid] = token
+        return None
 
     def _discard(self, token: str) -> None:
+        self.held_fresh.pop(token, None)
         pid = self.held.pop(token, None)
         if pid is not None:
             _kill_group(pid)
@@ -532,6 +550,7 @@ class _Zygote:
                 _kill_group(pid)
                 if not kept:
                     self._close_channel(token)
+                    self.fresh.pop(token, None)
             else:  # a held copy that ended before anyone asked for it
                 for held, held_pid in list(self.held.items()):
                     if held_pid == pid:
