@@ -146,10 +146,10 @@ class RayBoundary(BaseBoundary):
         key                names this boundary's sessions in the cluster-wide placement table and its
                            host actors (default: random; give the same key to share nothing else)
         store              a function that opens the session store on a node, e.g.
-                           `lambda: RedisStore(url)`: sessions then run in-process inside each
-                           node's host actor (durable sessions need the in-process boundary for now),
-                           are saved after each call, and a lost node's sessions are restored from the
-                           store on another node (`session_restored`)
+                           `lambda: RedisStore(url)`: sessions (sandboxed as without one) are then
+                           saved after each call, idle ones hibernate to free workers at max_workers,
+                           and a lost node's sessions are restored from the store on another node
+                           (`session_restored`)
         snapshot_key       the HMAC key of the snapshots (required with a store; same on every node)
         host_cpus          CPUs each host actor reserves on its node (default 0: the workers it starts
                            are not Ray tasks, size nodes for them instead)

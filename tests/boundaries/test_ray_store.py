@@ -60,3 +60,26 @@ def test_session_is_restored_on_another_node_after_node_loss(
 def test_store_must_be_a_factory(ray_cluster: Any, tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "s.db") as store, pytest.raises(TypeError, match="function that opens"):
         RayBoundary(Policy.preset("trusted"), Limits(), store=store, snapshot_key=KEY)  # type: ignore[arg-type]
+
+
+# What the session sees of its process: its network interfaces, and its effective capabilities.
+SEEN = (
+    "import socket\n"
+    "caps = next(l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff:'))\n"
+    "[n for _, n in socket.if_nameindex()], int(caps, 16)"
+)
+
+
+def test_store_backed_sessions_run_in_the_sandbox(ray_cluster: Any, tmp_path: Path) -> None:
+    # They once ran in-process in the host actor: with the node's network and the actor's rights.
+    path = tmp_path / "sessions.db"
+    boundary = RayBoundary(
+        Policy.preset("trusted"), Limits(timeout_s=10.0), store=lambda: SQLiteStore(path), snapshot_key=KEY
+    )
+    with ReplEngine(boundary=boundary) as engine:
+        result = engine.run(SEEN, session="sandboxed")
+        assert (result.status, result.value) == ("ok", "(['lo'], 0)")  # loopback only, no capabilities
+        assert result.boundary == "ray"
+        assert engine.run("x = 1", session="sandboxed").status == "ok"
+    with SQLiteStore(path) as store:
+        assert store.get("sandboxed") is not None  # and it is still saved to the store

@@ -25,7 +25,6 @@ from ..._models import ExecutionResult
 from ..._stream import join_runs
 from ...policy import Policy
 from ...snapshot._durable import Durability, resolve_key
-from ..inprocess import InProcessBoundary
 from ..subprocess import SubprocessBoundary
 
 if TYPE_CHECKING:
@@ -154,16 +153,17 @@ class SessionHost:
         snapshot_key: bytes | str | None = None,
     ) -> None:
         self._durable: Durability | None = None
-        self._boundary: BaseBoundary
-        if store is None:
-            self._boundary = SubprocessBoundary(policy, limits, **options)
-        else:
-            # Store-backed sessions: durable sessions work with the in-process boundary only for now,
-            # so they run in this actor's process (already apart from the driver), through the
-            # engine's durability layer: take the session's lease, restore it when stale, run, save.
-            opened = store()
-            self._boundary = InProcessBoundary(policy, limits)
-            self._durable = Durability(self._boundary, resolve_key(snapshot_key, opened), opened)
+        self._boundary: BaseBoundary = SubprocessBoundary(policy, limits, **options)
+        if store is not None:
+            # Store-backed sessions go through the engine's durability layer: take the session's
+            # lease, restore it when stale, run, save after every call (a lost node has no
+            # checkpoint to roll back to). Its workers are a cache over the store, as on one host.
+            try:
+                opened = store()
+                self._durable = Durability(self._boundary, resolve_key(snapshot_key, opened), opened)
+            except BaseException:
+                self._boundary.close()
+                raise
         self._lock = threading.Lock()
         self._requests: dict[str, ExecutionRequest] = {}  # by request id, while queued or running
         self._outboxes: dict[str, Outbox] = {}  # streamed calls' output, by request id, while running
@@ -295,6 +295,8 @@ class SessionHost:
         return description
 
     def close(self) -> None:
+        if self._durable is not None:
+            self._durable.close()
         self._boundary.close()
         if self._durable is not None and self._durable.store is not None:
             self._durable.store.close()
