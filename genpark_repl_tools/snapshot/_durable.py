@@ -231,8 +231,9 @@ class Durability:
     # ---- hibernation ------------------------------------------------------------------------------
 
     def hibernate(self, name: str) -> bool:
-        """Stop the session's worker if its latest state is the stored one; it comes back from the
-        store on its next call. False if it is busy, unsaved, or not held here."""
+        """Stop the session's worker if its latest state is in the store (or a newer one another
+        process saved); it comes back from the store on its next call. False if it is busy,
+        unsaved, or not held here."""
         store = self.store
         if store is None:
             raise ValueError("hibernation needs a store")
@@ -249,8 +250,9 @@ class Durability:
                 except SnapshotError:
                     self._unsaved.add(name)  # kept live; its next run says why it was not saved
                     return False
-            entry = store.info(name)
-            if entry is None or self._versions.get(name) != entry.version:
+            # Stored: our latest state (saved just above if it waited), or a newer one another
+            # process saved, which makes this worker's state stale: either way nothing is lost.
+            if store.info(name) is None:
                 return False
             stopped = self.boundary.hibernate(name)
         finally:

@@ -147,3 +147,22 @@ def test_without_a_store_the_error_says_how_to_hibernate() -> None:
         with pytest.raises(CapacityError, match=r"max_workers=1.*ReplEngine\(store=\.\.\.\)"):
             engine.run("x = 1", session="second")
         assert engine.run("x", session="first").value == "1"  # the live one is untouched
+
+
+def test_a_worker_left_stale_by_another_engine_makes_room(store: SQLiteStore) -> None:
+    # The conversation went on in the other engine: this one's worker holds an older state, which
+    # the store does not need, so it may go.
+    with (
+        ReplEngine(
+            boundary="subprocess", store=store, snapshot_key=KEY, max_workers=1, save_every_s=None
+        ) as one,
+        ReplEngine(
+            boundary="subprocess", store=store, snapshot_key=KEY, max_workers=1, save_every_s=None
+        ) as two,
+    ):
+        assert one.run("x = 1", session="moved").status == "ok"
+        assert two.run("x += 1", session="moved").status == "ok"
+        assert one.run("y = 2", session="newcomer").status == "ok"
+        assert one.sessions() == ["newcomer"]
+        back = one.run("x", session="moved")  # from the store, with the other engine's change
+        assert (back.value, back.session_restored is not None) == ("2", True)
