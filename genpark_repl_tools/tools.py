@@ -17,11 +17,12 @@ tool vocabulary:
     fork_session()          copy the session into a new one and return its id (opt-in, off by
                             default: MCP's `create_server(engine, fork=True)`)
 
-fork_session is for frontends where the model names the session of each call, as MCP's session_id
-does: the copy is only useful if the model can then work in it and in the original. The LangChain and
-LlamaIndex toolkits are bound to one conversation's session and give the model no way to name
-another, so they do not offer it; an application that wants a copy calls `engine.fork` and binds a
-toolkit to the new session.
+fork_session is useful only if the model can then work in the copy and in the original. MCP's tools
+name a session in each call (session_id). The LangChain and LlamaIndex toolkits are bound to one
+conversation's session: with forks on (`include_fork=True`) their tools are `forkable(spec)`, with an
+optional `fork` argument naming a copy fork_session made of that conversation's session ("fork-" and 12
+hex digits; the engine's session is "<conversation's session>/fork-..."), so a model reaches its own
+conversation's copies and nothing else.
 
 A frontend decides only how a conversation maps to a session id, and how a reply becomes its
 framework's message. It need not name the functions: `spec.call(engine, session, arguments)` (and
@@ -39,8 +40,10 @@ dropped for the rest of the call: the code keeps running and the reply is the sa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -82,6 +85,7 @@ __all__ = [
     "download_file",
     "event_text",
     "fork_session",
+    "forkable",
     "inspect_variable",
     "is_error",
     "list_files",
@@ -150,6 +154,9 @@ class ToolSpec:
         function = _function(self, arguments, 0)
         if files is not None:
             files.seed(engine, session)
+        arguments, session, refused = _in_fork(self, engine, session, arguments, options)
+        if refused is not None:
+            return refused
         return function(engine, session=session, **arguments, **options)  # type: ignore[no-any-return]
 
     async def acall(
@@ -164,6 +171,9 @@ class ToolSpec:
         function = _function(self, arguments, 1)
         if files is not None:
             await files.aseed(engine, session)
+        arguments, session, refused = _in_fork(self, engine, session, arguments, options)
+        if refused is not None:
+            return refused
         return await function(engine, session=session, **arguments, **options)  # type: ignore[no-any-return]
 
     def describe(self, engine: ReplEngine) -> str:
@@ -412,34 +422,107 @@ def reset_session(engine: ReplEngine, session: str) -> ToolReply:
     )
 
 
-def fork_session(engine: ReplEngine, session: str, *, target: str | None = None) -> ToolReply:
+def fork_session(
+    engine: ReplEngine, session: str, *, target: str | None = None, label: str | None = None
+) -> ToolReply:
     """Fork `session` into `target` (the frontend's id for the copy; a new random one by default).
-    The reply's session is the copy's."""
+    The reply's session is the copy's. `label`: the copy's `fork` argument (forkable tools)."""
     target = target or f"fork-{secrets.token_hex(6)}"
     try:
         restored = engine.fork(session, target)
     except ReplError as exc:
         return _failure(FORK_SESSION, session, exc)
     copied = len(restored.restored)
-    text = f"Forked: the new session holds a copy of this one ({copied} names"
+    copy = "the new session" if label is None else f'the copy fork="{label}"'
+    text = f"Forked: {copy} holds a copy of this one ({copied} names"
     if restored.not_saved:
         lost = ", ".join(escape_name(v.name) for v in restored.not_saved[:_LISTED_NAMES])
         text += f"; not copied, define again there: {lost}"
     text += "). Changes in one never show in the other."
-    return ToolReply(
-        tool=FORK_SESSION.name,
-        text=_clean(text),
-        session=target,
-        data={
-            "source": session,
-            "copied": list(restored.restored),
-            "not_copied": [v.name for v in restored.not_saved],
-        },
+    if label is not None:
+        text += f' Pass fork="{label}" to work in the copy; leave fork out for the original.'
+    data: dict[str, Any] = {
+        "source": session,
+        "copied": list(restored.restored),
+        "not_copied": [v.name for v in restored.not_saved],
+    }
+    if label is not None:
+        data["fork"] = label
+    return ToolReply(tool=FORK_SESSION.name, text=_clean(text), session=target, data=data)
+
+
+async def afork_session(
+    engine: ReplEngine, session: str, *, target: str | None = None, label: str | None = None
+) -> ToolReply:
+    return await _to_thread(functools.partial(fork_session, target=target, label=label), engine, session)
+
+
+# ---- forks in a toolkit bound to one conversation's session ----
+_FORK_ID = re.compile(r"fork-[0-9a-f]{12}")
+_IN_FORK = (
+    'The id of a copy fork_session made, e.g. "fork-3f2a9c01b7d4", to work in that copy. Leave it out '
+    "for this conversation's session."
+)
+_FORK_OF = (
+    'The id of a copy to fork in turn, e.g. "fork-3f2a9c01b7d4". Leave it out to copy this '
+    "conversation's session."
+)
+
+
+_FORKABLE: dict[int, tuple[ToolSpec, ToolSpec]] = {}  # id(spec): (spec, its forkable twin), made once
+
+
+def forkable(spec: ToolSpec) -> ToolSpec:
+    """`spec` with an optional `fork` argument, for a toolkit bound to one conversation's session that
+    offers fork_session: it names a copy of that session fork_session made (omitted: the session
+    itself). `call` maps it to the copy's session id, under the conversation's own."""
+    if "fork" in spec.arguments:
+        return spec
+    made = _FORKABLE.get(id(spec))
+    if made is None or made[0] is not spec:
+        text = _FORK_OF if spec.name == FORK_SESSION.name else _IN_FORK
+        twin = dataclasses.replace(
+            spec, arguments={**spec.arguments, "fork": text}, defaults={**spec.defaults, "fork": ""}
+        )
+        made = _FORKABLE[id(spec)] = (spec, twin)
+    return made[1]
+
+
+def _in_fork(
+    spec: ToolSpec, engine: ReplEngine, session: str, arguments: Mapping[str, Any], options: dict[str, Any]
+) -> tuple[Mapping[str, Any], str, ToolReply | None]:
+    """A forkable spec's arguments without `fork`, the session it names, and a refusal if it names
+    no copy of `session` (so a typo never starts an empty session). fork_session's copy is named
+    under `session` whichever copy it was made from."""
+    if "fork" not in spec.arguments:
+        return arguments, session, None
+    arguments = dict(arguments)
+    fork = str(arguments.pop("fork", "") or "")
+    if spec.name == FORK_SESSION.name:
+        options["label"] = label = f"fork-{secrets.token_hex(6)}"
+        options["target"] = f"{session}/{label}"
+    if not fork:
+        return arguments, session, None
+    name = f"{session}/{fork}"
+    try:
+        known = _FORK_ID.fullmatch(fork) is not None and name in engine.sessions()
+    except ReplError as exc:
+        return arguments, session, _failure(spec, session, exc)
+    if known:
+        return arguments, name, None
+    text = _clean(
+        f"No copy fork={fork!r:.40} of this conversation's session: pass an id fork_session returned, "
+        "or leave fork out for the original."
     )
-
-
-async def afork_session(engine: ReplEngine, session: str, *, target: str | None = None) -> ToolReply:
-    return await _to_thread(functools.partial(fork_session, target=target), engine, session)
+    refused = ToolReply(
+        tool=spec.name,
+        text=text,
+        session=session,
+        is_error=True,
+        data={"failure": "UnknownFork", "message": text},
+        failure="UnknownFork",
+    )
+    return arguments, session, refused
 
 
 # Listing, inspecting and resetting are quick but may wait for a busy session or a worker process:

@@ -26,6 +26,7 @@ from genpark_repl_tools.tools import ToolReply, ToolSpec
 __all__ = [
     "GenparkDownloadTool",
     "GenparkFilesTool",
+    "GenparkForkTool",
     "GenparkInspectTool",
     "GenparkReplTool",
     "GenparkReplToolkit",
@@ -75,20 +76,30 @@ class _EngineTool(BaseTool):
     files: tools.SessionFiles | None = Field(
         None, exclude=True, description="Files each session starts with (uploaded on its first use)."
     )
+    forks: bool = Field(
+        False,
+        exclude=True,
+        description="Take a `fork` argument naming a copy fork_session made of the thread's session.",
+    )
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The spec this tool offers: its own, with the `fork` argument when forks are on."""
+        return tools.forkable(self._spec) if self.forks else self._spec
 
     def model_post_init(self, context: Any, /) -> None:
         if self.description == self._spec.description:  # the engine's policy and time limit, if any
             self.description = self._spec.describe(self.engine)
         if self.args_schema is None:
-            self.args_schema = self._spec.schema
+            self.args_schema = self.spec.schema
 
     # `config` is injected by LangChain (found by its annotation); the rest are the spec's arguments
     # (positional only when a plain string is invoked).
     def _run(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
-        return self._reply(self._call(self._spec.call, args, config, arguments))
+        return self._reply(self._call(self.spec.call, args, config, arguments))
 
     async def _arun(self, *args: str, config: RunnableConfig, **arguments: Any) -> _Reply:
-        return self._reply(await self._call(self._spec.acall, args, config, arguments))
+        return self._reply(await self._call(self.spec.acall, args, config, arguments))
 
     def _call(
         self, call: Callable[..., Any], args: tuple[str, ...], config: RunnableConfig, arguments: Any
@@ -232,9 +243,22 @@ class GenparkDownloadTool(_EngineTool):
         return {"include_bytes": self.include_bytes}
 
 
+class GenparkForkTool(_EngineTool):
+    """Copies the current thread's session (or one of its copies) into a new copy and returns its
+    id, which the toolkit's other tools take as `fork` (opt-in: `GenparkReplToolkit(include_fork=True)`,
+    which turns `forks` on for every tool). Copies are sessions under the thread's own, so a model
+    reaches only its thread's copies. Security model: the engine's."""
+
+    _spec = tools.FORK_SESSION
+    name: str = _spec.name
+    description: str = _spec.description
+    forks: bool = True
+
+
 class GenparkReplToolkit(BaseToolkit):
-    """run_python, list_variables and inspect_variable (and reset_session with `include_reset`) over
-    one engine and one thread-to-session mapping. Security model: the engine's; see `GenparkReplTool`.
+    """run_python, list_variables and inspect_variable (and reset_session with `include_reset`,
+    fork_session with `include_fork`) over one engine and one thread-to-session mapping. Security
+    model: the engine's; see `GenparkReplTool`.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -244,6 +268,7 @@ class GenparkReplToolkit(BaseToolkit):
     default_session: str = "default"
     include_reset: bool = False
     include_files: bool = False  # list_files and download_file for the model
+    include_fork: bool = False  # fork_session, and a `fork` argument on every tool to work in a copy
     files: Any = None  # {name: bytes or host path} or [host paths]: each session's starting files
 
     def get_tools(self) -> list[BaseTool]:
@@ -251,5 +276,10 @@ class GenparkReplToolkit(BaseToolkit):
         chosen = [GenparkReplTool, GenparkVariablesTool, GenparkInspectTool]
         chosen += [GenparkResetTool] if self.include_reset else []
         chosen += [GenparkFilesTool, GenparkDownloadTool] if self.include_files else []
-        shared = {"session_resolver": self.session_resolver, "default_session": self.default_session}
+        chosen += [GenparkForkTool] if self.include_fork else []
+        shared = {
+            "session_resolver": self.session_resolver,
+            "default_session": self.default_session,
+            "forks": self.include_fork,
+        }
         return [cls(engine=self.engine, files=files, **shared) for cls in chosen]

@@ -6,6 +6,7 @@ EXPECTED_ALL = [
     "GenparkCodeExecutor",
     "GenparkDownloadTool",
     "GenparkFilesTool",
+    "GenparkForkTool",
     "GenparkInspectTool",
     "GenparkReplTool",
     "GenparkResetTool",
