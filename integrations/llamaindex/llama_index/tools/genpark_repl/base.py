@@ -6,6 +6,7 @@
 
 import inspect
 import threading
+import types
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,7 +24,7 @@ __all__ = ["STORE_KEY", "GenparkReplStreamEvent", "GenparkReplToolSpec"]
 STORE_KEY = "genpark_repl_session"
 """Key under which a conversation's session id lives in `ctx.store` (a plain string, so it serializes)."""
 
-_SPECS = {spec.name: spec for spec in (*tools.TOOLS, *tools.FILE_TOOLS)}
+_SPECS = {spec.name: spec for spec in (*tools.TOOLS, *tools.FILE_TOOLS, tools.FORK_SESSION)}
 
 
 class GenparkReplStreamEvent(Event):
@@ -42,11 +43,17 @@ class GenparkReplStreamEvent(Event):
 
 def _methods(spec: ToolSpec) -> tuple[Callable[..., ToolOutput], Callable[..., Awaitable[ToolOutput]]]:
     """The core's tool as a sync and an async method `(self, <its arguments>: str, ctx: Context)`: the
-    signature LlamaIndex reads (it injects `ctx`, hidden from the schema); the core's docstring."""
+    signature LlamaIndex reads (it injects `ctx`, hidden from the schema); the core's docstring.
+    Arguments with a default (a forkable spec's `fork`) come after `ctx`, keyword-only."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    names = ("self", *spec.arguments, "ctx")
-    types: dict[str, Any] = {"self": inspect.Parameter.empty, "ctx": Context}
-    parameters = [inspect.Parameter(name, kind, annotation=types.get(name, str)) for name in names]
+    required = [name for name in spec.arguments if name not in spec.defaults]
+    names = ("self", *required, "ctx")
+    annotations: dict[str, Any] = {"self": inspect.Parameter.empty, "ctx": Context}
+    parameters = [inspect.Parameter(name, kind, annotation=annotations.get(name, str)) for name in names]
+    parameters += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value, annotation=type(value))
+        for name, value in spec.defaults.items()
+    ]
     signature = inspect.Signature(parameters, return_annotation=ToolOutput)
 
     def bind(self: Any, args: Any, kwargs: Any) -> tuple[Context | None, dict[str, Any]]:
@@ -62,12 +69,18 @@ def _methods(spec: ToolSpec) -> tuple[Callable[..., ToolOutput], Callable[..., A
     async def amethod(self: "GenparkReplToolSpec", *args: Any, **kwargs: Any) -> ToolOutput:
         ctx, arguments = bind(self, args, kwargs)
         # Streams only from here: the async tool runs on the workflow's own loop.
-        options = {"on_event": _stream_to(ctx)} if spec is tools.RUN_PYTHON and ctx is not None else {}
+        options = (
+            {"on_event": _stream_to(ctx)} if spec.name == tools.RUN_PYTHON.name and ctx is not None else {}
+        )
         reply = await spec.acall(self.engine, await self.session_id(ctx), arguments, self.files, **options)
         return _output(reply, arguments)
 
     method.__doc__ = spec.docstring
-    streamed = "; it also streams the output (`GenparkReplStreamEvent`)" if spec is tools.RUN_PYTHON else ""
+    streamed = (
+        "; it also streams the output (`GenparkReplStreamEvent`)"
+        if spec.name == tools.RUN_PYTHON.name
+        else ""
+    )
     amethod.__doc__ = f"Async twin of `{spec.name}`{streamed}."
     for function, name in ((method, spec.name), (amethod, "a" + spec.name)):
         function.__name__, function.__qualname__ = name, f"GenparkReplToolSpec.{name}"
@@ -102,6 +115,7 @@ class GenparkReplToolSpec(BaseToolSpec):
     inspect_variable, ainspect_variable = _methods(tools.INSPECT_VARIABLE)
     list_files, alist_files = _methods(tools.LIST_FILES)
     download_file, adownload_file = _methods(tools.DOWNLOAD_FILE)
+    fork_session, afork_session = _methods(tools.forkable(tools.FORK_SESSION))
 
     def __init__(
         self,
@@ -110,15 +124,27 @@ class GenparkReplToolSpec(BaseToolSpec):
         session: str | None = None,
         files: Any = None,
         include_files: bool = False,
+        include_fork: bool = False,
     ) -> None:
         """`files` ({name: bytes or host path}, or [host paths]) are put into each conversation's
-        session the first time it is used; `include_files` adds list_files and download_file."""
+        session the first time it is used; `include_files` adds list_files and download_file;
+        `include_fork` adds fork_session, and to every tool a `fork` argument naming a copy it made
+        of the conversation's session (copies are sessions under the conversation's own, so a model
+        reaches only its own conversation's copies)."""
         self.engine = engine if engine is not None else ReplEngine()
         self.session = session
         self.files = None if files is None else tools.SessionFiles(files)
+        self.forks = include_fork
+        chosen = [*type(self).spec_functions]
         if include_files:
-            files = (tools.LIST_FILES, tools.DOWNLOAD_FILE)
-            self.spec_functions = [*type(self).spec_functions, *((s.name, "a" + s.name) for s in files)]
+            chosen += [(s.name, "a" + s.name) for s in (tools.LIST_FILES, tools.DOWNLOAD_FILE)]
+        if include_fork:
+            chosen.append(("fork_session", "afork_session"))
+            for spec in _SPECS.values():  # every tool takes `fork`: this instance's methods say so
+                method, amethod = _FORKABLE_METHODS[spec.name]
+                setattr(self, spec.name, types.MethodType(method, self))
+                setattr(self, "a" + spec.name, types.MethodType(amethod, self))
+        self.spec_functions = chosen
         # ctx.store's write lock is an asyncio.Lock; sync callers each run their own loop, so they take
         # turns here instead of contending for it across loops.
         self._sync_lock = threading.Lock()
@@ -155,6 +181,8 @@ class GenparkReplToolSpec(BaseToolSpec):
             # The core's words with this engine's policy and time limit; LlamaIndex's own description
             # would put the return annotation's dotted path into the prompt.
             spec = _SPECS.get(name.removeprefix("a")) if metadata is None else None
+            if spec is not None and self.forks:
+                spec = tools.forkable(spec)
             described = None if spec is None else f"{name}{spec.signature}\n{spec.describe(self.engine)}"
             keep, akeep = _keep_output(name)  # FunctionTool would str() a returned ToolOutput
             found.append(
@@ -172,6 +200,9 @@ class GenparkReplToolSpec(BaseToolSpec):
                 )
             )
         return found
+
+
+_FORKABLE_METHODS = {name: _methods(tools.forkable(spec)) for name, spec in _SPECS.items()}
 
 
 async def _conversation(ctx: Context | None) -> str:
