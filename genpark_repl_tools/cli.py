@@ -343,6 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="with --store: stop idle sessions' workers after this long; they come back on their next call",
     )
+    mcp.add_argument(
+        "--fork",
+        action="store_true",
+        default=False,
+        help="offer the fork_session tool: the model copies a session and works in either (off by default)",
+    )
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     http = mcp.add_argument_group("streamable HTTP (--transport http)")
     http.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -669,7 +675,7 @@ def _serve_mcp(
     from . import mcp_server
 
     if not http:
-        mcp_server.serve_stdio(engine, log_level=args.log_level)
+        mcp_server.serve_stdio(engine, log_level=args.log_level, fork=args.fork)
         return EXIT_OK
     http_limits = mcp_server.HttpLimits(
         calls_per_client=args.max_calls_per_client,
@@ -689,6 +695,7 @@ def _serve_mcp(
             path=args.path,
             allowed_hosts=tuple(args.allow_host),
             log_level=args.log_level,
+            fork=args.fork,
         )
     except OSError as exc:  # the address is taken, or not this machine's
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
