@@ -17,6 +17,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import re
 import secrets as _secrets
 import socket
@@ -109,14 +110,14 @@ class SessionEndpoint:
     """Where a session's proxy listens, and the environment its code runs with."""
 
     session: str
-    address: tuple[str, int] | str  # (host, port) for TCP, a path for a Unix socket
+    address: tuple[str, int] | str | None  # (host, port) for TCP, a Unix socket's path, or none
     placeholders: dict[str, str]  # secret name -> placeholder
 
     @property
     def url(self) -> str:
         """The proxy URL on the host (a TCP listener only)."""
-        if isinstance(self.address, str):
-            raise ValueError("a Unix-socket listener has no URL: forward a loopback port to it")
+        if not isinstance(self.address, tuple):
+            raise ValueError("only a TCP listener has a URL: forward a loopback port inside the sandbox")
         return f"http://{self.address[0]}:{self.address[1]}"
 
     def environment(self, proxy_url: str | None = None) -> dict[str, str]:
@@ -161,6 +162,7 @@ class EgressProxy:
         self.connect_timeout = connect_timeout
         self.max_header_bytes = max_header_bytes
         self._sessions: dict[str, _Session] = {}
+        self._adopted: set[asyncio.Task[None]] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="genpark-egress-proxy", daemon=True)
         self._thread.start()
@@ -175,31 +177,64 @@ class EgressProxy:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
     def open_session(
-        self, session: str, policy: NetworkPolicy, *, unix_path: str | None = None
+        self, session: str, policy: NetworkPolicy, *, unix_path: str | None = None, tcp: bool = True
     ) -> SessionEndpoint:
-        """Start a listener for `session` (loopback TCP on a free port, or a Unix socket at `unix_path`)."""
+        """Open `session`'s side of the proxy, with its own listener: a Unix socket at `unix_path` (mode
+        0600) if given, else loopback TCP on a free port if `tcp`, else none (connections then come in
+        through `serve_socket` only)."""
         if self._loop.is_closed():
             raise RuntimeError("the proxy is closed")
         placeholders = {name: f"genpark-secret-{_secrets.token_hex(16)}" for name in sorted(policy.secrets)}
         state = _Session(session, policy, {value: name for name, value in placeholders.items()})
-        address: tuple[str, int] | str = self._call(self._listen(state, unix_path))
+        address: tuple[str, int] | str | None = self._call(self._listen(state, unix_path, tcp))
         return SessionEndpoint(session, address, placeholders)
 
-    async def _listen(self, state: _Session, unix_path: str | None) -> tuple[str, int] | str:
+    async def _listen(
+        self, state: _Session, unix_path: str | None, tcp: bool
+    ) -> tuple[str, int] | str | None:
         if state.name in self._sessions:
-            raise ValueError(f"session {state.name!r} already has a listener")
+            raise ValueError(f"session {state.name!r} is already open")
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await self._serve(state, reader, writer)
 
+        address: tuple[str, int] | str | None = None
         if unix_path is not None:
             state.server = await asyncio.start_unix_server(serve, unix_path, limit=self.max_header_bytes)
-            address: tuple[str, int] | str = unix_path
-        else:
+            os.chmod(unix_path, 0o600)  # whoever connects speaks as this session: its owner only
+            address = unix_path
+        elif tcp:
             state.server = await asyncio.start_server(serve, "127.0.0.1", 0, limit=self.max_header_bytes)
             address = state.server.sockets[0].getsockname()[:2]
         self._sessions[state.name] = state
         return address
+
+    def serve_socket(self, session: str, sock: socket.socket) -> None:
+        """Serve one connected stream socket as a connection of `session`; the proxy owns it from here.
+
+        This is how connections arrive from a sandbox with no route to the host: a forwarder inside
+        makes a socketpair per client and passes one end out (SCM_RIGHTS) to be served here. A socket
+        for a session that is not open is closed.
+        """
+        sock.setblocking(False)
+        self._loop.call_soon_threadsafe(self._adopt, session, sock)
+
+    def _adopt(self, session: str, sock: socket.socket) -> None:
+        state = self._sessions.get(session)
+        if state is None:
+            sock.close()
+            return
+        task = self._loop.create_task(self._serve_adopted(state, sock))
+        self._adopted.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._adopted.discard)
+
+    async def _serve_adopted(self, state: _Session, sock: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=sock, limit=self.max_header_bytes)
+        except OSError:
+            sock.close()
+            return
+        await self._serve(state, reader, writer)
 
     def records(self, session: str) -> list[ConnectionRecord]:
         """The session's connections so far (the most recent 10,000), oldest first."""
