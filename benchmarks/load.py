@@ -12,8 +12,8 @@ again, one caller, in creation order, so each returns from the store (hibernatin
 room), and its variables are checked. Figures:
 
 - creation: wall time for all conversations (goal: 10,000 in at most 10 minutes);
-- memory after creation: the host's RSS plus the USS of its child processes (zygote, workers and
-  their checkpoint copies; goal: under 4 GB);
+- memory after creation and after the check: the host's RSS plus the USS, and plus the PSS, of its
+  child processes (zygote, workers and their checkpoint copies; goal: under 4 GB);
 - return to a hibernated conversation: median and 95th percentile of those calls (goals 20 / 60 ms);
 - lost: conversations whose variables did not come back intact (goal: none);
 - the store: bytes per conversation (one snapshot blob, and the store's own growth per conversation).
@@ -64,10 +64,24 @@ def expected(i: int) -> str:
     )
 
 
-def memory_mb() -> float:
+def pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0)
+    except OSError:
+        return 0
+
+
+def memory_mb() -> tuple[float, float]:
+    """The host's RSS plus its children's memory: their USS (pages one process alone maps) and
+    their PSS (each shared page split among its sharers). A worker and its checkpoint copy share
+    most pages, which USS counts for neither: PSS is the total to trust."""
     gc.collect()
-    children = sum(uss_kb(pid) for pid in descendants(os.getpid()))
-    return ((rss_kb() or 0) + children) / 1024
+    children = descendants(os.getpid())
+    host = rss_kb() or 0
+    uss = sum(uss_kb(pid) for pid in children)
+    pss = sum(pss_kb(pid) for pid in children)
+    return (host + uss) / 1024, (host + pss) / 1024
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -89,7 +103,7 @@ def run_load(store: SessionStore, conversations: int, workers: int, callers: int
         with ThreadPoolExecutor(callers) as pool:
             list(pool.map(create, range(conversations)))
         create_s = time.perf_counter() - start
-        memory = memory_mb()
+        memory, memory_pss = memory_mb()
         live = engine.describe()["workers"]["live"]
         processes = len(descendants(os.getpid()))  # zygote, workers, their checkpoint copies
 
@@ -105,7 +119,7 @@ def run_load(store: SessionStore, conversations: int, workers: int, callers: int
             if result.status != "ok" or result.value != expected(i):
                 lost.append(i)
         check_s = time.perf_counter() - start
-        peak_memory = max(memory, memory_mb())
+        after = memory_mb()
     return {
         "conversations": conversations,
         "max_workers": workers,
@@ -113,7 +127,9 @@ def run_load(store: SessionStore, conversations: int, workers: int, callers: int
         "create_s": round(create_s, 1),
         "create_ms_each": round(create_s * 1000 / conversations, 1),
         "memory_mb_after_create": round(memory, 1),
-        "memory_mb_peak_seen": round(peak_memory, 1),
+        "memory_mb_pss_after_create": round(memory_pss, 1),
+        "memory_mb_after_check": round(after[0], 1),
+        "memory_mb_pss_after_check": round(after[1], 1),
         "live_workers_after_create": live,
         "child_processes_after_create": processes,
         "returns_measured": len(returns),
