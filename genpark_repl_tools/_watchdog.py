@@ -26,6 +26,7 @@ to Python: the in-process boundary cannot stop it; the subprocess boundary kills
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from _thread import LockType, allocate_lock, get_ident, start_new_thread
@@ -103,8 +104,25 @@ class Watchdog:
         # (thread id, a held lock the watchdog releases once it cleared that thread's injection).
         self._to_clear: list[tuple[int, LockType]] = []
         self.thread_id: int | None = None  # the loop's thread, once started
-        # Set once, under the lock, and never unset: read without the lock (the runner reads it per
-        # run instead of calling `start`).
+        # Set once, under the lock, and unset only in a forked child: read without the lock (the
+        # runner reads it per run instead of calling `start`).
+        self.started = False
+
+    def _after_fork(self) -> None:
+        """In a forked child: the loop's thread is not there, and its lock and its event's may have
+        been held by a thread that is not there either. Start over; the next arm() starts a loop
+        and watches the executions of this thread (the only one) that were armed before the fork."""
+        tid = get_ident()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._slots = {slot for slot in self._slots if slot.tid == tid}
+        for other in [t for t in _by_thread if t != tid]:
+            del _by_thread[other]
+        self._armed = bool(self._slots)
+        self._next_wake = float("inf")
+        self._passing = False
+        self._to_clear = []
+        self.thread_id = None
         self.started = False
 
     def start(self) -> None:
@@ -241,3 +259,5 @@ class Watchdog:
 
 
 watchdog = Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=watchdog._after_fork)

@@ -513,7 +513,7 @@ class _Worker:
                 # 3.12+ warns about forking with threads: the watchdog's is accounted for, below.
                 warnings.simplefilter("ignore", DeprecationWarning)
                 # Held across the fork, so the watchdog thread holds no lock the copy would inherit
-                # locked (its wake-up event is replaced in the copy: see _reset_watchdog).
+                # locked (the copy starts its watchdog over: see Watchdog._after_fork).
                 with watchdog._lock:
                     pid = os.fork()
         except OSError as exc:
@@ -561,7 +561,6 @@ class _Worker:
         channel = self.channel
         assert channel is not None
         try:
-            _reset_watchdog()
             self.dropped = []  # the worker's children, not ours
             self.sock.close()
             os.close(self.interrupt_fd)
@@ -694,15 +693,6 @@ def _end_process(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(OSError):  # ChildProcessError too: session code may have reaped it
         os.waitpid(pid, 0)
-
-
-def _reset_watchdog() -> None:  # pragma: no cover - runs in the copy
-    """In the copy: the watchdog's thread is gone (the runner starts a new one on the next cell).
-    Its lock was held across the fork by the forking thread, which released it; its wake-up event's
-    lock may have been held by the watchdog thread mid-wait, so the event is a new one."""
-    watchdog._wake = threading.Event()
-    watchdog.thread_id = None
-    watchdog.started = False
 
 
 def traceback_text() -> str:
