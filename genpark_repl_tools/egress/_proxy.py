@@ -259,11 +259,23 @@ class EgressProxy:
         """Close every session and stop the proxy's thread."""
         if self._loop.is_closed():
             return
-        for session in list(self._sessions):
-            self.close_session(session)
+        self._call(self._shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+    async def _shutdown(self) -> None:
+        # Every connection's task ends (and records itself) before the loop stops: a task left
+        # pending would be destroyed with its sockets unclosed.
+        for session in list(self._sessions):
+            await self._close_session(session)
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._loop.shutdown_default_executor(), 5)
 
     def __enter__(self) -> EgressProxy:
         return self

@@ -7,7 +7,7 @@ import json
 import socket
 
 import pytest
-import requests
+from _network import fetch
 from pydantic import ValidationError
 
 from genpark_repl_tools.egress import NetworkPolicy, Secret
@@ -29,13 +29,13 @@ def test_the_session_sees_only_a_placeholder(endpoint) -> None:
 
 def test_the_value_reaches_the_secret_s_host(endpoint, http_server, recorder) -> None:
     placeholder = endpoint.environment()["API_TOKEN"]
-    response = requests.get(
+    status, body = fetch(
         f"http://api.test:{http_server.port}/v1?key={placeholder}",
+        endpoint.url,
         headers={"Authorization": f"Bearer {placeholder}"},
-        proxies={"http": endpoint.url},
-        timeout=5,
     )
-    seen = response.json()
+    seen = json.loads(body)
+    assert status == 200
     assert seen["headers"]["Authorization"] == f"Bearer {VALUE}"
     assert seen["path"] == f"/v1?key={VALUE}"
     recorder.wait_for(lambda rs: len(rs) == 1)
@@ -56,12 +56,11 @@ def test_the_placeholder_anywhere_else_is_refused(endpoint, http_server, recorde
     placeholder = endpoint.environment()["API_TOKEN"]
     before = len(http_server.received)
     url = f"http://{host}:{http_server.port}/"
-    proxies = {"http": endpoint.url}
     if where == "header":
-        response = requests.get(url, headers={"X-Token": placeholder}, proxies=proxies, timeout=5)
+        status, body = fetch(url, endpoint.url, headers={"X-Token": placeholder})
     else:
-        response = requests.post(url, data=f"token={placeholder}", proxies=proxies, timeout=5)
-    assert response.status_code == 403 and "placeholder" in response.text
+        status, body = fetch(url, endpoint.url, data=f"token={placeholder}".encode())
+    assert status == 403 and b"placeholder" in body
     recorder.wait_for(lambda rs: len(rs) == 1)
     (record,) = recorder.records
     assert (record.verdict, record.host) == ("refused", host)
