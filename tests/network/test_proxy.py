@@ -54,7 +54,8 @@ def _get(client: str, url: str, endpoint: SessionEndpoint, tls: ssl.SSLContext, 
             with _urllib(endpoint, tls).open(url, timeout=10) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as error:
-            return error.code, error.read()
+            with error:
+                return error.code, error.read()
         except urllib.error.URLError as error:
             message = str(error.reason)
         # Python 3.10's http.client leaves a refused tunnel's socket open until it is collected (3.11
