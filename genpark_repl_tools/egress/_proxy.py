@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -51,11 +52,15 @@ _HOP_BY_HOP = frozenset(
 )
 _CHUNK = 1 << 16
 _RECORDS_KEPT = 10_000
+_LOOKUPS_PER_SESSION = 4
+_LOOKUP_THREADS = 64
 _PLACEHOLDER_LENGTH = len("genpark-secret-") + 32
 _UPSTREAM_HEAD = 1 << 18  # a server's response head (cookies can be large); the server is one we chose
 
 
 def _system_resolver(name: str) -> list[str]:
+    # Not made absolute with a trailing dot: names in /etc/hosts would stop resolving. What a search
+    # domain might add resolves to the local network, which the address check refuses.
     return [str(info[4][0]) for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)]
 
 
@@ -92,6 +97,9 @@ class _Session:
     active: int = 0
     used: int = 0
     writers: set[asyncio.StreamWriter] = field(default_factory=set)
+    # Lookups run on threads; a few at a time per session, so one session's slow names cannot take
+    # every thread from the others.
+    resolving: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(_LOOKUPS_PER_SESSION))
     records: collections.deque[ConnectionRecord] = field(
         default_factory=lambda: collections.deque(maxlen=_RECORDS_KEPT)
     )
@@ -156,6 +164,8 @@ class EgressProxy:
         max_header_bytes: int = 16 * 1024,
     ) -> None:
         self._resolver = resolver or _system_resolver
+        self._lookups = concurrent.futures.ThreadPoolExecutor(_LOOKUP_THREADS, "genpark-egress-lookup")
+        self._records_lock = threading.Lock()
         self._on_record = on_record
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
@@ -239,7 +249,10 @@ class EgressProxy:
     def records(self, session: str) -> list[ConnectionRecord]:
         """The session's connections so far (the most recent 10,000), oldest first."""
         state = self._sessions.get(session)
-        return list(state.records) if state is not None else []
+        if state is None:
+            return []
+        with self._records_lock:  # appended to on the proxy's thread
+            return list(state.records)
 
     def close_session(self, session: str) -> None:
         """Stop the session's listener and cut its open connections."""
@@ -274,8 +287,7 @@ class EgressProxy:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._loop.shutdown_default_executor(), 5)
+        self._lookups.shutdown(wait=False, cancel_futures=True)  # a stuck lookup is left to finish alone
 
     def __enter__(self) -> EgressProxy:
         return self
@@ -335,7 +347,8 @@ class EgressProxy:
             bytes_up=conn.bytes_up,
             bytes_down=conn.bytes_down,
         )
-        state.records.append(record)
+        with self._records_lock:
+            state.records.append(record)
         if self._on_record is not None:
             try:
                 self._on_record(record)
@@ -408,9 +421,7 @@ class EgressProxy:
         if not policy.allows(host, port):
             raise Refused(f"{host}:{port} is not in the allow list")
         try:
-            found = await asyncio.wait_for(
-                asyncio.get_running_loop().run_in_executor(None, self._resolver, host), self.connect_timeout
-            )
+            found = await asyncio.wait_for(self._lookup(state, host), self.connect_timeout)
         except (OSError, asyncio.TimeoutError, UnicodeError) as exc:
             raise Refused(f"{host} does not resolve ({type(exc).__name__})", status=502) from None
         addresses = []
@@ -425,6 +436,10 @@ class EgressProxy:
         if not addresses:
             raise Refused(f"{host} does not resolve", status=502)
         return addresses
+
+    async def _lookup(self, state: _Session, host: str) -> Sequence[str]:
+        async with state.resolving:
+            return await asyncio.get_running_loop().run_in_executor(self._lookups, self._resolver, host)
 
     async def _connect(
         self, conn: _Connection, addresses: list[str]

@@ -12,13 +12,14 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 from _network import fetch
 
-from genpark_repl_tools.egress import EgressProxy, SessionEndpoint
+from genpark_repl_tools.egress import EgressProxy, NetworkPolicy, SessionEndpoint
 
 
 def _address(endpoint: SessionEndpoint) -> tuple[str, int]:
@@ -241,3 +242,29 @@ def test_records_survive_a_callback_that_raises(policy, resolver, http_server, c
             assert time.monotonic() < deadline
             time.sleep(0.02)
     assert "the on_record callback failed" in caplog.text
+
+
+def test_slow_lookups_of_one_session_do_not_hold_up_another(policy, resolver, http_server, recorder) -> None:
+    release = threading.Event()
+
+    def slow_for_some(name: str) -> list[str]:
+        if name == "slow.test":
+            release.wait(10)  # a name server that does not answer
+        return resolver(name)
+
+    slow_policy = NetworkPolicy(allow=["slow.test:80"])
+    with EgressProxy(resolver=slow_for_some, on_record=recorder, connect_timeout=10) as proxy:
+        stuck = proxy.open_session("stuck", slow_policy)
+        endpoint = proxy.open_session("s1", policy)
+        clients = []
+        for _ in range(16):  # the session's every place, each waiting on a lookup
+            sock = socket.create_connection(_address(stuck), timeout=5)
+            sock.sendall(b"GET http://slow.test/ HTTP/1.1\r\nHost: slow.test\r\n\r\n")
+            clients.append(sock)
+        try:
+            assert _ok(endpoint, http_server.port)
+            assert not release.is_set() and all(_silent(sock) for sock in clients)
+        finally:
+            release.set()
+            for sock in clients:
+                sock.close()
