@@ -344,9 +344,12 @@ class _Router(io.TextIOBase):
         return getattr(self.fallback, name)
 
 
-# Taken with `with`, never acquire()/try: a KeyboardInterrupt raised right after acquire() returns
-# (a signal lands there) would leave it held and hang every later run of the process.
-_lock = threading.Lock()
+# Taken as `try: _lock.acquire() ... finally: release`, never `with` nor acquire() before a try: on
+# 3.13+ a pending KeyboardInterrupt (a signal) surfaces right after a C call returns, so after acquire()
+# and before a `with` block or a try that follows it, and the lock would stay held, hanging every later
+# run. Inside the try it reaches the finally; the release there is an RLock's, which refuses (and is
+# told apart) when this thread does not hold it: the interrupt came before the acquire finished.
+_lock = threading.RLock()
 # The captures routed now (executions and guarded calls), each with whether it counts as an execution.
 # Executions running now and ever started are for whoever needs to know whether one ran alone
 # (figure ownership, _rich): kept under the same lock as the routing, so an execution pays one lock
@@ -397,7 +400,8 @@ def enter_execution(
     global _started
     out, err = _routers
     live = _live
-    with _lock:
+    try:
+        _lock.acquire()
         if live:
             _drop_finished()
         if not live:  # the first: the streams it replaces are the host's (never a router, which an
@@ -416,6 +420,12 @@ def enter_execution(
             _started += 1
         serial = _started
         alone = counted if len(live) == 1 else _running() == 1
+    finally:
+        # Not contextlib.suppress: its __enter__ is a call, which an interrupt can follow.
+        try:  # noqa: SIM105
+            _lock.release()
+        except RuntimeError:  # not held: interrupted before acquire() returned
+            pass
     return _current.set(cap), serial, alone
 
 
@@ -425,12 +435,18 @@ def exit_execution(token: Token[OutputCapture | None], counted: bool = True) -> 
     cap = _current.get()
     _current.reset(token)
     live = _live
-    with _lock:
+    try:
+        _lock.acquire()
         live.pop(cap, None)
         if live:
             _drop_finished()
         else:
             _restore_streams()
+    finally:
+        try:  # noqa: SIM105 - as in enter_execution
+            _lock.release()
+        except RuntimeError:
+            pass
 
 
 def _drop_finished() -> None:
@@ -459,8 +475,14 @@ def _running() -> int:
 def alone_since(serial: int) -> bool:
     """Whether the execution numbered `serial` is the only one running and none started after it
     (call it from that execution, which ran alone when it started)."""
-    with _lock:
+    try:
+        _lock.acquire()
         return _started == serial and _running() == 1
+    finally:
+        try:  # noqa: SIM105 - as in enter_execution
+            _lock.release()
+        except RuntimeError:
+            pass
 
 
 def redirect(cap: OutputCapture) -> Token[OutputCapture | None] | None:
