@@ -52,6 +52,7 @@ _HOP_BY_HOP = frozenset(
 )
 _CHUNK = 1 << 16
 _RECORDS_KEPT = 10_000
+_ACCESS_DENIED = bytes([21, 3, 3, 0, 2, 2, 49])  # TLS record: alert, fatal, access_denied
 _LOOKUPS_PER_SESSION = 4
 _LOOKUP_THREADS = 64
 _PLACEHOLDER_LENGTH = len("genpark-secret-") + 32
@@ -471,12 +472,22 @@ class EgressProxy:
             try:
                 raw, hello = await asyncio.wait_for(read_client_hello(reader), self.header_timeout)
                 sni = server_name(hello)
-            except (NotClientHello, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
-                reason = str(exc) if isinstance(exc, NotClientHello) else "no TLS ClientHello in time"
-                conn.verdict, conn.reason = "refused", reason
+            except NotClientHello as exc:
+                conn.verdict, conn.reason = "refused", str(exc)
+                return
+            except asyncio.TimeoutError:
+                conn.verdict = "refused"
+                conn.reason = f"no TLS ClientHello within {self.header_timeout:g} s"
+                return
+            except asyncio.IncompleteReadError:
+                conn.verdict, conn.reason = "refused", "the client closed before its TLS ClientHello"
                 return
             if sni is not None and _same_name(sni) != conn.host:
                 conn.verdict, conn.reason = "refused", f"TLS server name {sni!r} is not the CONNECT host"
+                # A fatal access_denied alert: the client's TLS library names it, where a bare
+                # close would read as a network fault.
+                writer.write(_ACCESS_DENIED)
+                await writer.drain()
                 return
             conn.verdict = "allowed"
             await self._send(state, conn, up_writer, raw, up=True)

@@ -285,7 +285,10 @@ def test_a_server_name_other_than_the_connect_host_is_refused(
     # Domain fronting: CONNECT to the allowed name, then ask TLS for another one on the same address.
     tls = ssl.create_default_context(cafile=str(certificates.ca))
     before = len(https_server.received)
-    with _tunnel(endpoint, "api.test", https_server.port) as sock, pytest.raises(ssl.SSLError):
+    with (
+        _tunnel(endpoint, "api.test", https_server.port) as sock,
+        pytest.raises(ssl.SSLError, match="ACCESS_DENIED"),
+    ):
         _https_get(sock, tls, "evil.test")
     recorder.wait_for(lambda rs: len(rs) >= 1)
     record = recorder.records[0]
