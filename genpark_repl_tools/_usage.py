@@ -86,7 +86,7 @@ class Ledger:
         self.timeout_s = limits.timeout_s
         self.cores = os.cpu_count() or 1
         self._accounts: dict[str, _Account] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # see record
 
     def admit(self, session: str, policy: str, boundary: str) -> tuple[ExecutionResult, str] | None:
         """Reserve a call for `session`: None if it may run, else (the refusal, the rule spent).
@@ -165,7 +165,11 @@ class Ledger:
         session = result.session
         status = result.status
         count = result.execution_count
-        with self._lock:  # not acquire()/try: a KeyboardInterrupt between them would leave it held
+        # Not `with` (nor acquire() before the try): from 3.13 a KeyboardInterrupt can surface right
+        # after acquire() returns and would leave the lock held; in the try it reaches the finally,
+        # where an RLock's release refuses if this thread does not hold it.
+        try:
+            self._lock.acquire()
             account = self._accounts.get(session)
             if self.budgeted:
                 if account is None:  # forgotten (closed) while the call ran: nothing to charge
@@ -187,6 +191,11 @@ class Ledger:
             statuses = account.statuses
             statuses[status] = statuses.get(status, 0) + 1
             return len(self._accounts)
+        finally:
+            try:  # noqa: SIM105 - not contextlib.suppress: its __enter__ is a call an interrupt can follow
+                self._lock.release()
+            except RuntimeError:  # not held: interrupted before acquire() returned
+                pass
 
     def usage(self, session: str) -> SessionUsage:
         with self._lock:
