@@ -75,7 +75,7 @@ class Session:
         self.name = name
         self.runtime = runtime
         self.namespace: dict[str, Any] = {}
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # released if held: see InProcessBoundary.execute
         # Source lines of recent cells by filename, oldest first (for tracebacks and snapshots). A
         # plain dict: an OrderedDict costs a few hundred bytes more per idle session.
         self.sources: dict[str, tuple[int, tuple[str, ...]]] = {}

@@ -114,8 +114,11 @@ class InProcessBoundary(BaseBoundary):
         if self._own_dirs:
             token = session_workspace.set(self._made.get(name) or self._workspace_path(name, make=True))
         try:
-            # `with`, not acquire()/try: a KeyboardInterrupt between the two would leave it locked.
-            with session.lock:
+            # Not `with` (nor acquire() before a try): from 3.13 a KeyboardInterrupt can surface
+            # right after acquire() returns and would leave the session locked; in the try it
+            # reaches the finally, where the RLock's release refuses if this thread does not hold it.
+            try:
+                session.lock.acquire()
                 if request.cancelled:
                     count = session.execution_count
                     return cancelled_before_start(request, self.policy.name, self.name, count)
@@ -133,6 +136,11 @@ class InProcessBoundary(BaseBoundary):
                     session.cancel_pending = False
                     if session.tools is not None:
                         session.tools.run = None
+            finally:
+                try:  # noqa: SIM105 - not contextlib.suppress: its __enter__ is a call an interrupt can follow
+                    session.lock.release()
+                except RuntimeError:  # not held: interrupted before acquire() returned
+                    pass
         finally:
             if token is not None:
                 session_workspace.reset(token)
