@@ -19,6 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
+from importlib.util import resolve_name
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,13 @@ START_TIMEOUT_S = 30.0
 _EXIT_WAIT_S = 2.0
 _MIN_HEADROOM_MB = 64
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+# The zygote imports the snapshot code (see zygote_config). Named as relative imports are: a module
+# that moves fails every zygote's start, loudly.
+_SNAPSHOT_MODULES = tuple(
+    resolve_name(name, __package__) for name in ("...snapshot._load", "...snapshot._save")
+)
 # One thread per library pool keeps the zygote single-threaded after `preload` and keeps workers
 # from multiplying their threads by the core count; pass env={...} to override.
-_SNAPSHOT_MODULES = ("genpark_repl_tools.snapshot._load", "genpark_repl_tools.snapshot._save")
 _THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
