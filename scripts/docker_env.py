@@ -48,12 +48,8 @@ def _log(message: str) -> None:
     print(f"docker_env: {message}", file=sys.stderr, flush=True)
 
 
-def _docker(
-    *args: str, check: bool = True, timeout: float = 600, **kw: object
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["docker", *args], check=check, timeout=timeout, text=True, capture_output=True, **kw
-    )  # type: ignore[call-overload,no-any-return]
+def _docker(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], check=check, timeout=timeout, text=True, capture_output=True)
 
 
 def _daemon_answers() -> bool:
