@@ -89,7 +89,8 @@ def check_expired() -> None:
 
 class Watchdog:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # An RLock: arm() and cancel() release it only if this thread holds it (see arm).
+        self._lock = threading.RLock()
         self._slots: set[Slot] = set()
         self._wake = threading.Event()
         self._next_wake = float("inf")
@@ -113,7 +114,7 @@ class Watchdog:
         been held by a thread that is not there either. Start over; the next arm() starts a loop
         and watches the executions of this thread (the only one) that were armed before the fork."""
         tid = get_ident()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._wake = threading.Event()
         self._slots = {slot for slot in self._slots if slot.tid == tid}
         for other in [t for t in _by_thread if t != tid]:
@@ -130,8 +131,14 @@ class Watchdog:
         on Python 3.12 starting a thread raises an audit event that restricted policies refuse."""
         if self.started:
             return
-        with self._lock:
+        try:  # as in arm
+            self._lock.acquire()
             self._start_locked()
+        finally:
+            try:  # noqa: SIM105
+                self._lock.release()
+            except RuntimeError:
+                pass
 
     def _start_locked(self) -> None:
         if self.thread_id is None:
@@ -154,21 +161,34 @@ class Watchdog:
         self._slots.add(slot)
         self._armed = True
         if self.thread_id is None:
-            # `with`, not acquire()/try: an exception raised right after acquire() returns (a
-            # signal's KeyboardInterrupt) would leave the lock held and hang every later run.
-            with self._lock:
+            # Not `with` (nor acquire() before a try): from 3.13 a KeyboardInterrupt can surface
+            # right after acquire() returns and would leave the lock held, hanging every later run.
+            # In the try it reaches the finally, where the release refuses if the lock is not held.
+            try:
+                self._lock.acquire()
                 self._start_locked()
+            finally:
+                try:  # noqa: SIM105 - not contextlib.suppress: its __enter__ is a call an interrupt can follow
+                    self._lock.release()
+                except RuntimeError:  # not held: interrupted before acquire() returned
+                    pass
         if deadline < self._next_wake:
             self._wake.set()
         return slot
 
     def cancel(self, slot: Slot) -> bool:
         """Stop the execution in `slot` as if its deadline had passed now; False if it is done."""
-        with self._lock:
+        try:  # as in arm
+            self._lock.acquire()
             if slot.done or slot not in self._slots:
                 return False
             self._mark_cancelled(slot)
             self._wake.set()
+        finally:
+            try:  # noqa: SIM105
+                self._lock.release()
+            except RuntimeError:
+                pass
         return True
 
     def cancel_thread(self, tid: int | None) -> None:
