@@ -15,7 +15,8 @@ tool vocabulary:
     upload_file(name, ...)  put a file into the workspace (MCP and the CLI; agents' toolkits seed
                             files from the host with `upload_files` instead)
     fork_session()          copy the session into a new one and return its id (opt-in, off by
-                            default: MCP's `create_server(engine, fork=True)`)
+                            default: MCP's `create_server(engine, fork=True)` and `genpark-repl mcp
+                            --fork`, the toolkits' `include_fork=True`)
 
 fork_session is useful only if the model can then work in the copy and in the original. MCP's tools
 name a session in each call (session_id). The LangChain and LlamaIndex toolkits are bound to one
