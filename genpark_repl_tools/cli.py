@@ -23,6 +23,7 @@ import codeop
 import contextlib
 import dataclasses
 import importlib
+import itertools
 import json
 import os
 import signal
@@ -914,6 +915,8 @@ empty line). After each run you see the observation a model would get (--json: t
   :files           the files in the session's workspace
   :upload PATH     put a file into the workspace
   :download NAME   save a workspace file into the current directory
+  :fork [NAME]     copy the session (variables, imports, files) and go on in the copy
+  :session [NAME]  the sessions, or go on in session NAME
   :policy [NAME]   show the policy and what is enforced; with NAME, switch (variables are lost)
   :help            this text (help works too)
   :quit            leave (exit, quit and Ctrl-D work too)"""
@@ -1027,7 +1030,7 @@ def repl(
                 state.run(source)
     finally:
         try:
-            for message in download_names(state.engine, _REPL_SESSION, downloads, Path.cwd()):
+            for message in download_names(state.engine, state.session, downloads, Path.cwd()):
                 state.say(message)
         finally:
             state.engine.close()
@@ -1075,6 +1078,7 @@ class _ReplState:
         self.switch_policy = switch_policy
         self.live = False
         self._shown = ""  # the output printed live during the current call (its last characters)
+        self.session = _REPL_SESSION  # the one the person works in (:fork and :session change it)
 
     def say(self, text: str) -> None:
         self.stdout.write(text + "\n")
@@ -1083,7 +1087,7 @@ class _ReplState:
     def run(self, source: str) -> None:
         self._shown = ""
         try:
-            reply = tools.run_python(self.engine, source, _REPL_SESSION, self._show if self.live else None)
+            reply = tools.run_python(self.engine, source, self.session, self._show if self.live else None)
         except KeyboardInterrupt:
             self.say("\nKeyboardInterrupt" if self._shown[-1:] not in ("", "\n") else "KeyboardInterrupt")
             return
@@ -1128,42 +1132,71 @@ class _ReplState:
         elif name == ":reset":
             self._reset()
         elif name == ":files":
-            self.say(_render(tools.list_files(self.engine, _REPL_SESSION), self.json_output))
+            self.say(_render(tools.list_files(self.engine, self.session), self.json_output))
         elif name == ":download":
             if not arg:
                 self.say("Usage: :download NAME")
-            for message in download_names(self.engine, _REPL_SESSION, [arg] if arg else [], Path.cwd()):
+            for message in download_names(self.engine, self.session, [arg] if arg else [], Path.cwd()):
                 self.say(message)
         elif name == ":upload":
             self._upload(arg)
         elif name == ":policy":
             self._policy(arg)
+        elif name == ":fork":
+            self._fork(arg)
+        elif name == ":session":
+            self._session(arg)
         else:
             self.say(f"Unknown command {name}; :help lists the commands.")
         return True
 
     def _vars(self) -> None:
-        self.say(_render(tools.list_variables(self.engine, _REPL_SESSION), self.json_output))
+        self.say(_render(tools.list_variables(self.engine, self.session), self.json_output))
 
     def _inspect(self, name: str) -> None:
         if not name:
             self.say("Usage: :inspect NAME")
             return
-        self.say(_render(tools.inspect_variable(self.engine, name, _REPL_SESSION), self.json_output))
+        self.say(_render(tools.inspect_variable(self.engine, name, self.session), self.json_output))
 
     def _upload(self, path: str) -> None:
         if not path:
             self.say("Usage: :upload PATH")
             return
         try:
-            upload_paths(self.engine, _REPL_SESSION, [Path(path).expanduser()])
+            upload_paths(self.engine, self.session, [Path(path).expanduser()])
         except UsageError as exc:
             self.say(str(exc))
             return
         self.say(f"Uploaded {Path(path).name}.")
 
     def _reset(self) -> None:
-        self.say(_render(tools.reset_session(self.engine, _REPL_SESSION), self.json_output))
+        self.say(_render(tools.reset_session(self.engine, self.session), self.json_output))
+
+    def _fork(self, name: str) -> None:
+        known = set(self.engine.sessions())
+        target = name or next(
+            f"{_REPL_SESSION}-{n}" for n in itertools.count(2) if f"{_REPL_SESSION}-{n}" not in known
+        )
+        if target in known:
+            self.say(f"Session {target!r} exists; :fork with another name.")
+            return
+        reply = tools.fork_session(self.engine, self.session, target=target)
+        self.say(_render(reply, self.json_output))
+        if not reply.is_error:
+            self.say(f"Now in session {target!r} (:session {self.session} goes back).")
+            self.session = target
+
+    def _session(self, name: str) -> None:
+        known = self.engine.sessions()
+        if not name:
+            listed = ", ".join(f"{s} (current)" if s == self.session else s for s in known)
+            self.say(f"Sessions: {listed or self.session + ' (current)'}.")
+        elif name not in known:
+            self.say(f"No session {name!r}; :session lists them, :fork makes one.")
+        else:
+            self.session = name
+            self.say(f"Now in session {name!r}.")
 
     def _policy(self, name: str) -> None:
         if not name:
@@ -1185,6 +1218,7 @@ class _ReplState:
             return
         self.engine.close()
         self.engine = engine
+        self.session = _REPL_SESSION
         self.say(f"Policy '{engine.policy.name}' now; the session starts empty.")
 
 
