@@ -707,6 +707,11 @@ def render_document(results: dict[str, Any]) -> str:
 
         out.title("Host tools called from session code", 2)
         out.text(host_tools.markdown(results["host_tools"]))
+    if results.get("load"):  # benchmarks/load.py, run apart (--load-json)
+        import load
+
+        out.title("10,000 conversations over 32 workers (benchmarks/load.py)", 2)
+        out.text(load.markdown(results["load"]))
     if results.get("container"):  # benchmarks/container.py, run by run.py
         import container
 

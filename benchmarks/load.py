@@ -206,6 +206,35 @@ def bench_redis(args: argparse.Namespace) -> dict[str, Any]:
     return {"store": "redis", **figures}
 
 
+def markdown(figures: dict[str, Any]) -> str:
+    """The figures of one run (`--json`) as the table docs/benchmarks.md shows."""
+    goals = figures["goals"]
+    lines = [
+        "| store | conversations (max_workers) | created in | host + workers memory | return to a hibernated "
+        "one: median / p95 | lost | store per conversation |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in figures["results"]:
+        memory = f"{row['memory_mb_after_create']:.0f} MB (RSS + USS)"
+        if "memory_mb_pss_after_create" in row:
+            memory += f", {row['memory_mb_pss_after_create']:.0f} MB (RSS + PSS)"
+        lines.append(
+            f"| {row['store']} | {row['conversations']:,} ({row['max_workers']}) | {row['create_s']:.0f} s "
+            f"| {memory} | {row['return_median_ms']:.1f} / {row['return_p95_ms']:.1f} ms | {row['lost']} "
+            f"| {row['store_bytes_each']:,} B |"
+        )
+    lines += [
+        "",
+        f"Goals: 10,000 conversations created in at most {goals['create_s_per_10k'] / 60:.0f} minutes, "
+        f"host and workers under {goals['memory_mb'] / 1024:.0f} GB, a return at most "
+        f"{goals['return_median_ms']:.0f} ms median and {goals['return_p95_ms']:.0f} ms at the 95th "
+        "percentile, nothing lost. Every conversation's variables are checked after, each check a return "
+        "from the store that hibernates another conversation to make room. USS leaves out the pages a "
+        "worker shares with its checkpoint copy; PSS counts them once.",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

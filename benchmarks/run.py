@@ -244,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
         help="render the tables (and --markdown) from an earlier --json; runs nothing",
     )
     parser.add_argument(
+        "--load-json",
+        metavar="FILE",
+        help="include the figures of an earlier benchmarks/load.py --json run (it takes minutes: run apart)",
+    )
+    parser.add_argument(
         "--parallel",
         type=int,
         help="side jobs (memory, cross-talk, probes) run this many at once (2; quick: 3)",
@@ -254,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
         # Goals are recomputed, so a changed goal table applies to the stored figures too.
         results["goals"] = _report.evaluate_goals(results["figures"], list(results["executors"]))
+        if args.load_json:
+            results["load"] = json.loads(Path(args.load_json).read_text(encoding="utf-8"))
         print(_report.render(results, markdown=False))
         if args.markdown:
             Path(args.markdown).write_text(_report.render_document(results), encoding="utf-8")
@@ -304,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     results["host_tools"] = _side_figures("host_tools", args.python, tool_args, 600)
     container_args = ["--sessions", "5" if quick else "20"]
     results["container"] = _side_figures("container", args.python, container_args, 900)
+    if args.load_json:
+        results["load"] = json.loads(Path(args.load_json).read_text(encoding="utf-8"))
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print(_report.render(results, markdown=False))
