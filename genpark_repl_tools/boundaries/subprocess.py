@@ -117,7 +117,9 @@ class SubprocessBoundary(BaseBoundary):
         require         protections that must be active: keys of describe()["enforced"] or
                         "seccomp", "landlock", "network_namespace"; BoundaryError at
                         construction otherwise, naming what is missing and why
-        python          interpreter for the zygote (default: this one)
+        python          interpreter for the zygote (default: this one); another one starts from
+                        its own sys.path and must have this very package installed (same
+                        version and sources), so a reviewed venv of any supported Python works
         default_memory_mb  the address-space cap of a worker when Limits.memory_mb is not set
                         (4096 MiB: a memory bomb fails inside its worker, never on the host);
                         None lifts it
