@@ -18,9 +18,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _other_version_venv() -> Path:
     """A venv of the checkout with another Python version than this one (the dev venvs of scripts/dev.py)."""
-    for name in (".venv-py312", ".venv-py313", ".venv-py310-full", ".venv-py311"):
+    own = f".venv-py{sys.version_info[0]}{sys.version_info[1]}"  # and its -full twin
+    for name in (".venv-py312", ".venv-py313", ".venv-py310-full", ".venv-py310", ".venv-py311"):
         python = REPO / name / "bin" / "python"
-        if python.exists() and name != f".venv-py{sys.version_info[0]}{sys.version_info[1]}":
+        if python.exists() and not name.startswith(own):
             return python
     pytest.skip("no venv of another Python version with this package (python3 scripts/dev.py venvs)")
 
