@@ -209,6 +209,7 @@ CORE_PYTEST = [
     "--ignore=tests/frontends",
     "--ignore=tests/files/test_frontend_files.py",
     "--ignore=tests/files/test_mcp_files.py",
+    "--ignore=tests/cli/test_cli_mcp_fork.py",
     "--ignore=tests/durable/test_adapters_store.py",
     "--ignore=tests/boundaries/test_ray_conformance.py",
     "--ignore=tests/boundaries/test_ray_cluster.py",
