@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import keyword
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._engine import ReplEngine
 from ._exceptions import MissingDependency
+from .tools import send_values
 
 if TYPE_CHECKING:
     from smolagents.local_python_executor import CodeOutput  # type: ignore[import-untyped]
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["ExecutionFailed", "GenparkExecutor"]
 
 _FINAL_ANSWER = "final_answer"
-# The one-off host tool that hands variables to the session; a name no agent's tool is likely to have.
-_VALUES_TOOL = "genpark_sent_values"
 
 
 class ExecutionFailed(Exception):
@@ -79,7 +77,7 @@ class GenparkExecutor:
     def send_variables(self, variables: Mapping[str, Any]) -> None:
         """Set `variables` in the session, each a copy of plain data (as a tool's result would be)."""
         if variables:
-            _send_values(self.engine, self.session, self._tools, variables)
+            send_values(self.engine, self.session, self._tools, variables)
 
     def __call__(self, code_action: str) -> CodeOutput:
         from smolagents.local_python_executor import CodeOutput
@@ -136,22 +134,3 @@ def _described(function: Callable[..., Any], name: str, tool: Any) -> Callable[.
             signature = signature.replace(parameters=parameters[1:])
         function.__signature__ = signature  # type: ignore[attr-defined]
     return function
-
-
-def _send_values(
-    engine: ReplEngine, session: str, tools: Mapping[str, Callable[..., Any]], values: Mapping[str, Any]
-) -> None:
-    """Assign `values` ({name: value}) in `session` as copies of plain data. They cross like a host
-    tool's result: a one-off tool returns them to one run of `a, b, = <tool>()`; then the session's
-    tools are `tools` again. Raises ValueError when a name is not a plain identifier or the run fails."""
-    bad = [name for name in values if not name.isidentifier() or keyword.iskeyword(name)]
-    if bad:
-        raise ValueError(f"not a variable name: {', '.join(map(repr, bad))}")
-    found = tuple(values.values())
-    engine.set_tools(session, {**tools, _VALUES_TOOL: lambda: found})
-    try:
-        result = engine.run(f"{', '.join(values)}, = {_VALUES_TOOL}()", session)
-    finally:
-        engine.set_tools(session, dict(tools) or None)
-    if result.status != "ok":
-        raise ValueError(f"could not set {', '.join(values)}: {result.to_observation()}")

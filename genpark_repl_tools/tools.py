@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import keyword
 import re
 import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -796,3 +797,27 @@ def _failure(spec: ToolSpec, session: str, exc: ReplError) -> ToolReply:
         data={"failure": kind, "message": _clean(str(exc))},
         failure=kind,
     )
+
+
+# The one-off host tool that hands variables to a session; a name no agent's tool is likely to have.
+_VALUES_TOOL = "genpark_sent_values"
+
+
+def send_values(
+    engine: ReplEngine, session: str, tools: Mapping[str, Callable[..., Any]], values: Mapping[str, Any]
+) -> None:
+    """Assign `values` ({name: value}) in `session` as copies of plain data, for the CodeAct executors
+    (smolagents' `send_variables`, a LangGraph state's context). They cross like a host tool's result:
+    a one-off tool returns them to one run of `a, b, = <tool>()`; then the session's tools are `tools`
+    again. Raises ValueError when a name is not a plain identifier or the run fails."""
+    bad = [name for name in values if not name.isidentifier() or keyword.iskeyword(name)]
+    if bad:
+        raise ValueError(f"not a variable name: {', '.join(map(repr, bad))}")
+    found = tuple(values.values())
+    engine.set_tools(session, {**tools, _VALUES_TOOL: lambda: found})
+    try:
+        result = engine.run(f"{', '.join(values)}, = {_VALUES_TOOL}()", session)
+    finally:
+        engine.set_tools(session, dict(tools) or None)
+    if result.status != "ok":
+        raise ValueError(f"could not set {', '.join(values)} in the session: {result.to_observation()}")

@@ -8,7 +8,6 @@ agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "user-42"}})
 from __future__ import annotations
 
 import asyncio
-import keyword
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -24,8 +23,6 @@ from .tools import SessionResolver, thread_session
 
 __all__ = ["GenparkCodeExecutor"]
 
-# The one-off host tool that hands the graph's plain values to the session.
-_VALUES_TOOL = "genpark_sent_values"
 _UNSET = object()
 
 
@@ -91,7 +88,7 @@ class GenparkCodeExecutor:
             sent = self._sent.setdefault(session, {})
             fresh = {n: value for n, value in values.items() if not _same(sent.get(n, _UNSET), value)}
             if fresh:
-                _send_values(self.engine, session, tools, fresh)
+                tool_layer.send_values(self.engine, session, tools, fresh)
                 sent.update(fresh)
         return session
 
@@ -120,21 +117,3 @@ def _same(old: Any, new: Any) -> bool:
         return bool(old == new)
     except Exception:  # an array's elementwise == has no single truth: count it as changed
         return False
-
-
-def _send_values(
-    engine: ReplEngine, session: str, tools: Mapping[str, Callable[..., Any]], values: Mapping[str, Any]
-) -> None:
-    """Assign `values` in `session` as copies of plain data, crossing like a host tool's result: a
-    one-off tool returns them to one run of `a, b, = <tool>()`; then the session's tools are `tools`."""
-    bad = [name for name in values if not name.isidentifier() or keyword.iskeyword(name)]
-    if bad:
-        raise ValueError(f"not a variable name in the graph's context: {', '.join(map(repr, bad))}")
-    found = tuple(values.values())
-    engine.set_tools(session, {**tools, _VALUES_TOOL: lambda: found})
-    try:
-        result = engine.run(f"{', '.join(values)}, = {_VALUES_TOOL}()", session)
-    finally:
-        engine.set_tools(session, dict(tools) or None)
-    if result.status != "ok":
-        raise ValueError(f"could not set {', '.join(values)} in the session: {result.to_observation()}")
