@@ -27,13 +27,14 @@ import base64
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 import zipfile
 from pathlib import Path
+
+import pyroot  # scripts/pyroot.py: the Debian mirror, debootstrap, mount checks
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("GENPARK_DOCKER_CACHE", "/var/tmp/genpark-docker"))
@@ -99,33 +100,11 @@ def _image_exists(name: str) -> bool:
     return _docker("image", "inspect", name, check=False, timeout=30).returncode == 0
 
 
-def _apt_mirror() -> str:
-    for source in (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")):
-        if source.exists():
-            text = source.read_text()
-            match = re.search(r"^URIs:\s*(\S+/debian)/?\s*$", text, re.MULTILINE) or re.search(
-                r"^deb\s+(?:\[[^]]*\]\s+)?(\S+/debian)/?\s", text, re.MULTILINE
-            )
-            if match:
-                return match.group(1)
-    return "http://deb.debian.org/debian"
-
-
-def _mounts_under(path: Path) -> list[str]:
-    prefix = str(path.resolve()).rstrip("/")
-    found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].replace("\\040", " ")
-        if point == prefix or point.startswith(prefix + "/"):
-            found.append(point)
-    return found
-
-
 def _remove_root(root: Path) -> None:
     """rm -rf follows nothing, but a bind mount under the root would show another tree there: refuse."""
     if not root.exists():
         return
-    mounted = _mounts_under(root)
+    mounted = pyroot.mounts_under(root)
     if mounted:
         raise SystemExit(f"docker_env: refusing to delete {root}: mounted under it: {', '.join(mounted)}")
     shutil.rmtree(root)
@@ -136,13 +115,11 @@ def ensure_base_image() -> str:
         return BASE_IMAGE
     if os.geteuid() != 0:
         raise SystemExit("docker_env: building the base image needs root (debootstrap)")
-    debootstrap = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
-    if not Path(debootstrap).exists():
-        subprocess.run(["apt-get", "install", "-y", "-qq", "debootstrap"], check=True)
+    debootstrap = pyroot.ensure_debootstrap()
     root = CACHE / "rootfs-bookworm"
     _remove_root(root)  # a half-built root from an interrupted run: start again
     root.parent.mkdir(parents=True, exist_ok=True)
-    mirror = _apt_mirror()
+    mirror = pyroot.apt_mirror()
     _log(f"debootstrap bookworm from {mirror} into {root} (about a minute) ...")
     subprocess.run(
         [debootstrap, "--variant=minbase", "--include=python3,python3-venv", "bookworm", str(root), mirror],

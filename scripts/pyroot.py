@@ -66,7 +66,7 @@ def _digest() -> str:
     return hashlib.sha256(" ".join((SUITE, *PACKAGES)).encode()).hexdigest()
 
 
-def _mounts_under(path: Path) -> list[str]:
+def mounts_under(path: Path) -> list[str]:
     """Mount points at or below `path` in this process's mount namespace."""
     prefix = str(path.resolve()).rstrip("/")
     found = []
@@ -101,7 +101,7 @@ def remove() -> None:
     """
     if not ROOT.exists():
         return
-    mounted = _mounts_under(ROOT)
+    mounted = mounts_under(ROOT)
     if mounted:
         raise SystemExit(f"pyroot: refusing to delete {ROOT}: mounted under it: {', '.join(mounted)}")
     busy = _processes_inside(ROOT)
@@ -110,7 +110,7 @@ def remove() -> None:
     shutil.rmtree(ROOT)
 
 
-def _apt_mirror() -> str:
+def apt_mirror() -> str:
     """The Debian mirror apt uses on this machine (deb.debian.org when none is configured)."""
     sources = [Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")]
     for source in sources:
@@ -125,7 +125,7 @@ def _apt_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def _ensure_debootstrap() -> str:
+def ensure_debootstrap() -> str:
     found = shutil.which("debootstrap") or (
         "/usr/sbin/debootstrap" if Path("/usr/sbin/debootstrap").exists() else None
     )
@@ -154,8 +154,8 @@ def ensure() -> Path:
         STAMP.write_text(_digest())
         return ROOT
     remove()  # a half-built root: start again
-    debootstrap = _ensure_debootstrap()
-    mirror = _apt_mirror()
+    debootstrap = ensure_debootstrap()
+    mirror = apt_mirror()
     print(f"pyroot: building a Debian {SUITE} root in {ROOT} from {mirror} (a minute or two) ...", flush=True)
     ROOT.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
