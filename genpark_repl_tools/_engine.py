@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import os
+import sys
 import threading
 import warnings
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
@@ -47,9 +48,11 @@ DEFAULT_POLICY = "standard"
 class ReplEngine:
     """Runs agent-written Python in named sessions, one namespace per conversation.
 
-    Security model: that of the boundary and policy it is given. The default in-process boundary
-    guards the host against accidents and casual misuse, not against a determined attacker: for
-    untrusted code use `boundary="subprocess"`. See docs/security.md. Host `tools` run with the
+    Security model: that of the boundary and policy it is given. The default boundary, "auto", is
+    the sandboxed subprocess boundary on Linux (a worker process per session behind namespaces,
+    seccomp, Landlock and rlimits, as far as the machine offers them: `describe()` says which), and
+    in-process elsewhere, with a warning: there the policy guards the host against accidents and
+    casual misuse, not against a determined attacker. See docs/security.md. Host `tools` run with the
     host's rights, outside the policy: offer only what the model may use (docs/code_mode.md).
 
         with ReplEngine(policy="trusted") as engine:
@@ -60,7 +63,7 @@ class ReplEngine:
     def __init__(
         self,
         policy: str | Policy = DEFAULT_POLICY,
-        boundary: str | BaseBoundary = "inprocess",
+        boundary: str | BaseBoundary = "auto",
         limits: Limits | None = None,
         *,
         store: SessionStore | None = None,
@@ -74,8 +77,15 @@ class ReplEngine:
         tools: Mapping[str, Callable[..., Any]] | None = None,
         **boundary_options: Any,
     ) -> None:
-        """`tools`: host functions session code may call by name, on every session (see `set_tools`)."""
+        """`boundary`: "auto" (the default: "subprocess" on Linux, else "inprocess" with a warning),
+        "inprocess", "subprocess", "docker", "ray" or a BaseBoundary. With "auto" and no `store`,
+        sandboxed sessions hibernate to a private temporary store when their workers run out.
+        `tools`: host functions session code may call by name, on every session (see `set_tools`)."""
         checked_tools = check_tools(tools)  # before anything is started: nothing to clean up
+        own_store = False
+        if boundary == "auto":
+            boundary = _auto_boundary()
+            own_store = boundary == "subprocess" and store is None and hibernate_after_s is None
         if audit_log is not None:
             # The log's old name, kept for a release: "audit" also names the static check and the hook.
             if refusal_log is not None:
@@ -123,11 +133,28 @@ class ReplEngine:
         # ---- durable sessions ----
         self._durable: Durability | None = None
         self._snapshot_key = snapshot_key
+        self._own_store: SessionStore | None = None
+        if own_store:
+            # Workers as a cache without a store chosen: idle sessions hibernate to a file that goes
+            # with the engine, so it is written only when one does (or a cell ran without a
+            # checkpoint, which only the store can roll back).
+            from .stores._local import LocalStore
+
+            try:
+                self._own_store = store = LocalStore()
+                if snapshot_key is None:
+                    self._snapshot_key = os.urandom(32)
+                save_every_s = float("inf")
+            except BaseException:
+                self._boundary.close()
+                raise
         if store is not None or hibernate_after_s is not None:
             try:
                 self._durability(store, hibernate_after_s, save_every_s)
             except BaseException:
                 self._boundary.close()
+                if self._own_store is not None:
+                    self._own_store.close()
                 raise
         # What runs a request: the boundary itself unless runs are saved to a store (set here, once:
         # a store is given only to the constructor). The observer calls it directly, so a run's stack
@@ -636,7 +663,9 @@ class ReplEngine:
             self._files.forget(session)
             self._workspaces.pop(session, None)
             try:
-                if self._durable is not None:  # changes left to the checkpoints are saved now
+                if self._own_store is not None:  # a closed session is gone, not hibernated
+                    self._own_store.delete(session)
+                elif self._durable is not None:  # changes left to the checkpoints are saved now
                     self._durable.flush([session])
             finally:
                 closed = self._boundary.close_session(session)
@@ -646,12 +675,17 @@ class ReplEngine:
             try:
                 if self._durable is not None:
                     self._durable.close()
-                    self._durable.flush()
+                    if self._own_store is None:  # what would be saved now goes with the engine
+                        self._durable.flush()
             finally:
                 try:
                     self._boundary.close()
                 finally:
-                    self._observer.close()
+                    try:
+                        self._observer.close()
+                    finally:
+                        if self._own_store is not None:
+                            self._own_store.close()
         return True
 
     # ---- observability and accounting -----------------------------------------------------------
@@ -726,6 +760,21 @@ def _copy_workspace(source: Path, target: Path, owner: tuple[int, int] | None) -
                 os.chown(dst, *owner, follow_symlinks=False)
 
 
+def _auto_boundary() -> str:
+    """The boundary "auto" stands for: the sandboxed one where the OS has its protections (Linux),
+    in-process elsewhere, said once per place that builds such an engine."""
+    if sys.platform.startswith("linux"):
+        return "subprocess"
+    warnings.warn(
+        f"genpark-repl-tools: no sandboxed boundary on {sys.platform} (it needs Linux); code runs "
+        "in-process with the policy's guards only, not a sandbox (docs/security.md). Pass "
+        "boundary='inprocess' to choose that and silence this warning.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return "inprocess"
+
+
 def _make_boundary(name: str, policy: Policy, limits: Limits, options: dict[str, Any]) -> BaseBoundary:
     if name == "inprocess":
         from .boundaries.inprocess import InProcessBoundary
@@ -746,6 +795,6 @@ def _make_boundary(name: str, policy: Policy, limits: Limits, options: dict[str,
 
         return DockerBoundary(policy, limits, **options)
     raise ValueError(
-        f"unknown boundary {name!r}; choose 'inprocess', 'subprocess', 'docker' or 'ray',"
+        f"unknown boundary {name!r}; choose 'auto', 'inprocess', 'subprocess', 'docker' or 'ray',"
         " or pass a BaseBoundary"
     )

@@ -151,13 +151,14 @@ def _known_policies() -> list[str]:
     return []
 
 
-def _engine_opts(boundary_default: str) -> argparse.ArgumentParser:
+def _engine_opts() -> argparse.ArgumentParser:
     engine_opts = argparse.ArgumentParser(add_help=False)
     engine_opts.add_argument(
         "--boundary",
         default=argparse.SUPPRESS,
         metavar="NAME",
-        help=f"where code runs: inprocess or subprocess; {boundary_default}; or docker (with --image)",
+        help="where code runs: subprocess (the default; inprocess, said on stderr, where it cannot run "
+        "here), inprocess, or docker (with --image)",
     )
     engine_opts.add_argument(
         "--timeout", type=_positive_float, default=argparse.SUPPRESS, metavar="SECONDS", help="per execution"
@@ -219,9 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     policy_opts = argparse.ArgumentParser(add_help=False)
     policy_opts.add_argument("--policy", default=argparse.SUPPRESS, metavar="NAME", help=_policy_help())
 
-    # The REPL and run default to in-process, mcp to the subprocess boundary (_mcp_engine): each
-    # command's --boundary help names its own default, so each gets its own copy of these options.
-    engine_opts = _engine_opts("default: inprocess (mcp: subprocess)")
+    # Every command defaults to the sandboxed boundary where it can run (_sandboxed_engine).
+    engine_opts = _engine_opts()
 
     files_opts = argparse.ArgumentParser(add_help=False)
     files_opts.add_argument(
@@ -273,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        parents=[policy_opts, _engine_opts("default: inprocess"), files_opts, output_opts],
+        parents=[policy_opts, engine_opts, files_opts, output_opts],
         help="run a file (or - for stdin) as one cell",
         description="Run a script as one cell and print the observation (or the telemetry with --json). "
         "Exit code: 0 ok, 1 error, 2 usage, 3 blocked, 4 timeout, 5 crashed.",
@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         "mcp",
         parents=[
             policy_opts,
-            _engine_opts("default: subprocess (inprocess, said on stderr, where it cannot run here)"),
+            engine_opts,
         ],
         help="serve the engine over MCP (stdio or streamable HTTP)",
         description="An MCP server with the tools run_python, list_variables, inspect_variable and "
@@ -460,13 +460,15 @@ def _make_engine(
     store: SessionStore | None = None,
     **limit_overrides: Any,
 ) -> ReplEngine:
+    if not hasattr(args, "boundary"):
+        return _sandboxed_engine(args, policy, store, limit_overrides)
     limits: dict[str, Any] = dict(limit_overrides)
     for option, field in (("timeout", "timeout_s"), ("memory_mb", "memory_mb"), ("cpu_s", "cpu_s")):
         if hasattr(args, option):
             limits[field] = getattr(args, option)
-    options: dict[str, Any] = {"boundary": getattr(args, "boundary", "inprocess")}
+    options: dict[str, Any] = {"boundary": args.boundary}
     if hasattr(args, "require"):
-        if options["boundary"] != "subprocess":
+        if options["boundary"] not in ("subprocess", "auto"):
             raise UsageError("--require needs --boundary subprocess: only it has OS protections")
         options["require"] = tuple(args.require)
     given = {
@@ -488,7 +490,7 @@ def _make_engine(
             options["hibernate_after_s"] = args.hibernate_after
     try:
         engine = ReplEngine(limits=Limits(**limits), **options)
-        if options["boundary"] in ("subprocess", "docker"):
+        if engine.boundary.name in ("subprocess", "docker"):
             _say_unavailable(engine)
         return engine
     except ImportError as exc:
@@ -636,7 +638,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         print(f"Cannot parse: {exc}")
         return EXIT_ERROR
     # The audit needs only the policy: no boundary options, no workers started.
-    with _make_engine(argparse.Namespace(policy=getattr(args, "policy", None))) as engine:
+    with _make_engine(
+        argparse.Namespace(policy=getattr(args, "policy", None), boundary="inprocess")
+    ) as engine:
         report = engine.audit(code)
     if getattr(args, "json", False):
         print(report.model_dump_json(indent=2))
@@ -666,7 +670,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         raise UsageError("--hibernate-after needs --store")
     with contextlib.ExitStack() as stack:
         store = None if args.store is None else stack.enter_context(_open_store(args.store))
-        engine = stack.enter_context(_mcp_engine(args, limits, store))
+        engine = stack.enter_context(_make_engine(args, None, store, **limits))
         return _serve_mcp(args, engine, tokens, http)
 
 
@@ -707,20 +711,20 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _mcp_engine(
-    args: argparse.Namespace, limits: dict[str, Any], store: SessionStore | None = None
+def _sandboxed_engine(
+    args: argparse.Namespace, policy: str | None, store: SessionStore | None, limits: dict[str, Any]
 ) -> ReplEngine:
-    """The engine `mcp` serves: an MCP server runs whatever a model writes, so its default boundary is
-    the subprocess one; where this OS cannot run it, in-process, said on stderr."""
-    if hasattr(args, "boundary"):
-        return _make_engine(args, store=store, **limits)
-    chosen = argparse.Namespace(**vars(args), boundary="subprocess")
+    """The engine when no --boundary is given: the model's code is untrusted, so the sandboxed
+    boundary ("auto": subprocess on Linux); where this OS cannot run it, in-process, said on stderr."""
+    chosen = argparse.Namespace(**vars(args), boundary="auto")
     try:
-        importlib.import_module(".boundaries.subprocess", __package__)  # needs fork and fcntl: not on Windows
+        if not sys.platform.startswith("linux"):
+            raise ImportError(f"it needs Linux, this is {sys.platform}")
+        importlib.import_module(".boundaries.subprocess", __package__)  # needs fork and fcntl
     except ImportError as exc:
         reason = f"the subprocess boundary is not available on this OS ({exc})"
     else:
-        engine = _make_engine(chosen, store=store, **limits)
+        engine = _make_engine(chosen, policy, store, **limits)
         try:
             engine.describe()  # starts the worker template, so a broken setup shows now, not mid-call
         except ReplError as exc:
@@ -737,7 +741,7 @@ def _mcp_engine(
         flush=True,
     )
     chosen.boundary = "inprocess"
-    return _make_engine(chosen, store=store, **limits)
+    return _make_engine(chosen, policy, store, **limits)
 
 
 @contextlib.contextmanager

@@ -5,11 +5,11 @@
 
     from genpark_repl_tools import ReplEngine
     from genpark_repl_tools.mcp_server import create_server
-    create_server(ReplEngine(boundary="subprocess")).run("stdio")
+    create_server(ReplEngine()).run("stdio")
 
 `genpark-repl mcp` runs code on the subprocess boundary unless --boundary says otherwise (in-process,
-said on stderr, where that boundary cannot run); a `ReplEngine()` you build yourself is in-process
-unless you pass `boundary="subprocess"`, as above.
+said on stderr, where that boundary cannot run); so does a `ReplEngine()` you build yourself on Linux
+(elsewhere it is in-process, with a warning).
 
 The protocol is stateless (mcp >= 2), so a conversation's state needs an explicit handle: every tool takes
 an optional `session_id` and every result returns it. `run_python` without one starts a new session.

@@ -47,7 +47,8 @@ class GenparkExecutor:
     Security model: the engine's (its boundary and policy); the executor adds no isolation. The agent's
     tools are host tools: calling one from the session runs the real tool on the host, with the host's
     rights, and only copies of plain data cross (see docs/code_mode.md). Offer only tools the model may
-    use. For untrusted code give it `ReplEngine(boundary="subprocess")`.
+    use. Keep untrusted code on a sandboxed boundary (the default of `ReplEngine()` on Linux), not
+    `boundary="inprocess"`.
 
     Sessions: smolagents does not tell an executor which conversation a step belongs to, so each
     executor has one session (`session=`, else a new id) that keeps its variables across steps and

@@ -239,11 +239,11 @@ def test_boundary_help_names_the_default_the_command_uses(
     with pytest.raises(SystemExit):
         main([*command, "--help"])
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps option help
-    named = re.search(r"--boundary NAME where code runs: inprocess or subprocess; default: (\w+)", text)
+    named = re.search(r"--boundary NAME where code runs: (\w+) \(the default", text)
     assert named is not None, text
     # The engine the command builds when --boundary is not given.
     args = cli.build_parser().parse_args([*command, "-"] if command == ["run"] else command)
-    engine = cli._mcp_engine(args, {}) if command == ["mcp"] else cli._make_engine(args)
+    engine = cli._make_engine(args)
     with engine:
         assert engine.boundary.name == named.group(1)
     assert capsys.readouterr().err == ""  # no fallback note: the default itself was used

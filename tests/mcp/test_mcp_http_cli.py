@@ -133,7 +133,7 @@ def mcp_args(*options: str) -> object:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no subprocess boundary on Windows")
 def test_mcp_runs_code_in_subprocesses_by_default(capsys: pytest.CaptureFixture[str]) -> None:
-    with cli._mcp_engine(mcp_args(), {}) as engine:
+    with cli._make_engine(mcp_args()) as engine:
         assert engine.boundary.name == "subprocess"
         assert engine.run("1 + 1").value == "2"
     assert capsys.readouterr().err == ""
@@ -165,7 +165,7 @@ def test_mcp_falls_back_to_in_process_and_says_so(
 ) -> None:
     # What an OS without fork and fcntl sees: the module does not import.
     monkeypatch.setitem(sys.modules, "genpark_repl_tools.boundaries.subprocess", None)
-    with cli._mcp_engine(mcp_args(), {}) as engine:
+    with cli._make_engine(mcp_args()) as engine:
         assert engine.boundary.name == "inprocess"
         assert engine.run("1 + 1").value == "2"
     err = capsys.readouterr().err
@@ -176,10 +176,10 @@ def test_mcp_falls_back_to_in_process_and_says_so(
 def test_no_fallback_when_asked_for_limits_only_subprocesses_enforce(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "genpark_repl_tools.boundaries.subprocess", None)
     with pytest.raises(cli.UsageError, match="--memory-mb and --cpu-s need it"):
-        cli._mcp_engine(mcp_args("--memory-mb", "512"), {})
+        cli._make_engine(mcp_args("--memory-mb", "512"))
 
 
 def test_an_explicit_boundary_is_used_silently(capsys: pytest.CaptureFixture[str]) -> None:
-    with cli._mcp_engine(mcp_args("--boundary", "inprocess"), {}) as engine:
+    with cli._make_engine(mcp_args("--boundary", "inprocess")) as engine:
         assert engine.boundary.name == "inprocess"
     assert capsys.readouterr().err == ""

@@ -32,8 +32,8 @@ class GenparkCodeExecutor:
     Security model: the engine's (its boundary and policy); the executor adds no isolation. The tools
     `create_codeact` passes in `_locals` become host tools: the agent's code calls each by its name,
     the real function runs on the host with the host's rights, and only copies of plain data cross
-    (see docs/code_mode.md). Offer only tools the model may use; for untrusted code give it
-    `ReplEngine(boundary="subprocess")`.
+    (see docs/code_mode.md). Offer only tools the model may use; keep untrusted code on a
+    sandboxed boundary (the default of `ReplEngine()` on Linux), not `boundary="inprocess"`.
 
     Sessions: one per LangGraph thread (`configurable.thread_id` of the run that calls `eval_fn`, read
     from LangGraph's run context; `session_resolver=` maps a config differently, as for

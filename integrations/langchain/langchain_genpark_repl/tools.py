@@ -145,9 +145,9 @@ for _method in (_EngineTool._run, _EngineTool._arun):
 class GenparkReplTool(_EngineTool):
     """Runs the model's Python code in the session of the current LangGraph thread.
 
-    Security model: the engine's. The code runs under the engine's policy and boundary; the default
-    in-process boundary guards the host against accidents and casual misuse, not against a determined
-    attacker (use `ReplEngine(boundary="subprocess")` for untrusted code). Errors in the code and engine
+    Security model: the engine's. The code runs under the engine's policy and boundary (`ReplEngine()`
+    sandboxes each session in a worker process on Linux; `boundary="inprocess"` guards the host against
+    accidents and casual misuse only, not against a determined attacker). Errors in the code and engine
     failures come back as observations with status "error", never as exceptions in the agent's loop.
     Content: the observation text (+ an image block per figure); artifact: the `ExecutionResult` as JSON.
     """

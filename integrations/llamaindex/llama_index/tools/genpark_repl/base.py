@@ -92,9 +92,9 @@ class GenparkReplToolSpec(BaseToolSpec):
     """Tools that let an agent run Python in a session that belongs to its conversation.
 
     Security model: exactly that of the `ReplEngine` it is given (its boundary and policy); this adapter
-    adds no protection and removes none. The default in-process boundary guards the host against
-    accidents and casual misuse, not against a determined attacker: give untrusted agents
-    `ReplEngine(boundary="subprocess")`.
+    adds no protection and removes none. Without an engine it makes `ReplEngine()`, whose default
+    boundary is the sandboxed subprocess one on Linux (in-process elsewhere, with a warning: that guards
+    the host against accidents and casual misuse, not against a determined attacker).
 
     Sessions: `session="..."` pins every call to one engine session; otherwise each conversation (the
     workflow `Context` LlamaIndex injects) has its own, its id a string in `ctx.store[STORE_KEY]`, so a

@@ -26,8 +26,8 @@ class GenparkCodeExecutor:
     Security model: the engine's (its boundary and policy); the executor adds no isolation. The tools
     are host tools: the agent's code calls each by its function's name (the name CodeActAgent's prompt
     shows), the real function runs on the host with the host's rights, and only copies of plain data
-    cross (see docs/code_mode.md). Offer only tools the model may use; for untrusted code give it
-    `ReplEngine(boundary="subprocess")`.
+    cross (see docs/code_mode.md). Offer only tools the model may use; keep untrusted code on a
+    sandboxed boundary (the default of `ReplEngine()` on Linux), not `boundary="inprocess"`.
 
     Sessions: LlamaIndex hands `execute` the workflow `Context`, so each conversation has its own
     session, its id kept in `ctx.store` under the key `GenparkReplToolSpec` uses (a `run_python` tool
