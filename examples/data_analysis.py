@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from genpark_repl_tools import ExecutionResult, Limits, Policy, ReplEngine
+from genpark_repl_tools import ExecutionResult, Limits, ReplEngine
 
 # Outside the current directory: run from a clone, the example must not leave an untracked file in it.
 IMAGE = Path(tempfile.gettempdir()) / "genpark-repl-examples" / "data_analysis.png"
@@ -72,15 +72,14 @@ def step(engine: ReplEngine, title: str, code: str) -> ExecutionResult:
 
 
 def main(image: Path = IMAGE) -> None:
-    with tempfile.TemporaryDirectory(prefix="genpark-analysis-") as workspace:
-        path = str(Path(workspace) / "sales.csv")
-        # The default preset: the data stack is allowed, files only inside the workspace.
-        policy = Policy.standard().with_workspace(workspace)
-        with ReplEngine(policy=policy, limits=Limits(timeout_s=60)) as engine:
-            step(engine, "write a small CSV", WRITE_CSV.format(path=path))
-            step(engine, "load it", LOAD.format(path=path))
-            step(engine, "describe it", DESCRIBE)
-            plotted = step(engine, "plot it", PLOT)
+    # The default boundary (a sandboxed worker process per session on Linux) gives the session a
+    # workspace of its own as its working directory: the CSV is written there, by a relative path,
+    # and goes with the engine. The default preset allows the data stack; files only in the workspace.
+    with ReplEngine(limits=Limits(timeout_s=60)) as engine:
+        step(engine, "write a small CSV", WRITE_CSV.format(path="sales.csv"))
+        step(engine, "load it", LOAD.format(path="sales.csv"))
+        step(engine, "describe it", DESCRIBE)
+        plotted = step(engine, "plot it", PLOT)
     if not plotted.attachments:
         raise SystemExit("the plot step returned no image")
     image.parent.mkdir(parents=True, exist_ok=True)

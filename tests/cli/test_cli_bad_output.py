@@ -90,7 +90,7 @@ def test_subprocess_boundary_captures_bytes_written_to_fd1() -> None:
     ids=["os.write", "printf"],
 )
 def test_in_process_fd1_writes_stay_out_of_the_json(code: str, garbage: bytes) -> None:
-    done = run(code, "--json")
+    done = run(code, "--json", "--boundary", "inprocess")
     assert done.returncode == 0
     result = report(done)  # stdout is the JSON report alone
     assert (result.status, result.stdout) == ("ok", "")

@@ -302,7 +302,7 @@ def test_terminal_session_with_prompts_and_history(tmp_path: Path) -> None:
     history = tmp_path / "history"
     term = repl_terminal(tmp_path, "--policy", "trusted", "--timeout", "5")
     try:
-        term.expect("policy 'trusted', inprocess boundary, 5 s timeout. :help for commands")
+        term.expect("policy 'trusted', subprocess boundary, 5 s timeout. :help for commands")
         term.expect(">>> ")
         term.send("for i in range(2):")
         term.expect("... ")

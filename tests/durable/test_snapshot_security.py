@@ -221,7 +221,7 @@ def test_a_snapshot_made_with_another_key_is_refused(engines: list[ReplEngine]) 
     maker = keyed_engine(engines, "standard")
     maker.run("x = [1, 2]")
     snapshot = maker.snapshot()
-    other = ReplEngine(policy="standard", snapshot_key=b"another-key-0123456789")
+    other = ReplEngine(boundary="inprocess", policy="standard", snapshot_key=b"another-key-0123456789")
     engines.append(other)
     with pytest.raises(SnapshotAuthError):
         other.restore("default", snapshot.to_bytes())
@@ -245,6 +245,6 @@ def test_keys_must_be_long_enough_and_stores_need_one(
 
     monkeypatch.delenv("GENPARK_REPL_SNAPSHOT_KEY", raising=False)
     with pytest.raises(ValueError, match="at least 16 bytes"):
-        ReplEngine(snapshot_key=b"short").snapshot()
+        ReplEngine(boundary="inprocess", snapshot_key=b"short").snapshot()
     with SQLiteStore(tmp_path / "s.db") as store, pytest.raises(ValueError, match="snapshot_key"):
-        ReplEngine(store=store)
+        ReplEngine(boundary="inprocess", store=store)

@@ -19,7 +19,7 @@ import json, os, sys
 import genpark_repl_tools
 from genpark_repl_tools import ReplEngine
 env_after_import = os.environ.get("MPLBACKEND")
-with ReplEngine(policy="trusted") as engine:
+with ReplEngine(boundary="inprocess", policy="trusted") as engine:
     engine.run("rows = [{'a': i} for i in range(10_000)]\nrows")
     engine.run("class DataFrame:\n    shape = (2, 2)\n    def __repr__(self):\n        return 'fake'\n"
                "DataFrame.__module__ = 'pandas.core.frame'\nfake = DataFrame()\nfake")
@@ -41,7 +41,7 @@ print(json.dumps({
 GUI_REQUESTED = r"""
 import json, sys
 from genpark_repl_tools import ReplEngine
-with ReplEngine(policy="trusted") as engine:
+with ReplEngine(boundary="inprocess", policy="trusted") as engine:
     result = engine.run(
         "import matplotlib\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n"
         "fig = plt.figure()\nfig.show()\nmatplotlib.get_backend()"
@@ -55,7 +55,7 @@ import json, sys
 import matplotlib
 matplotlib.use(sys.argv[1])
 from genpark_repl_tools import ReplEngine
-with ReplEngine(policy="trusted") as engine:
+with ReplEngine(boundary="inprocess", policy="trusted") as engine:
     result = engine.run("import matplotlib.pyplot as plt\nplt.plot([1, 2])")
 import matplotlib.pyplot as plt
 print(json.dumps({"status": result.status, "backend": matplotlib.get_backend(),
@@ -113,7 +113,7 @@ added = []
 real = sys.addaudithook
 sys.addaudithook = lambda hook: (added.append(getattr(hook, "__qualname__", repr(hook))), real(hook))[1]
 from genpark_repl_tools import ReplEngine
-with ReplEngine(policy="trusted") as engine:
+with ReplEngine(boundary="inprocess", policy="trusted") as engine:
     engine.run("x = 1")
     result = engine.run("import matplotlib\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
                         "matplotlib.get_backend()")
@@ -132,7 +132,7 @@ NO_ID_EVENTS = r"""
 import json, sys
 from genpark_repl_tools import ReplEngine
 seen = []
-with ReplEngine(policy="trusted") as engine:
+with ReplEngine(boundary="inprocess", policy="trusted") as engine:
     engine.run("x = 1")
     sys.addaudithook(lambda event, args: seen.append(event) if event == "builtins.id" else None)
     result = engine.run("x = 2\ny = x * 2\ns = 'text'\ny")
