@@ -16,7 +16,9 @@ import pytest
 
 from genpark_repl_tools import ReplEngine
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandboxed default is Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the sandboxed default is Linux's"
+)
 
 
 def test_the_default_engine_runs_code_outside_the_host_process() -> None:

@@ -28,7 +28,10 @@ def open_store(spec: str) -> SessionStore:
 
 def main(argv: list[str]) -> int:
     spec, policy, session, *cells = argv
-    with open_store(spec) as store, ReplEngine(boundary="inprocess", policy=policy, store=store, snapshot_key=KEY) as engine:
+    with (
+        open_store(spec) as store,
+        ReplEngine(boundary="inprocess", policy=policy, store=store, snapshot_key=KEY) as engine,
+    ):
         results = [engine.run(cell, session=session).model_dump(mode="json") for cell in cells]
     print(json.dumps(results))
     return 0

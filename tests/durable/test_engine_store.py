@@ -40,7 +40,10 @@ def test_a_run_saves_and_another_engine_restores(store: SQLiteStore) -> None:
 
 
 def test_a_stale_local_copy_catches_up(store: SQLiteStore) -> None:
-    with ReplEngine(boundary="inprocess", store=store, snapshot_key=KEY) as a, ReplEngine(store=store, snapshot_key=KEY) as b:
+    with (
+        ReplEngine(boundary="inprocess", store=store, snapshot_key=KEY) as a,
+        ReplEngine(boundary="inprocess", store=store, snapshot_key=KEY) as b,
+    ):
         a.run("n = 1", session="s")
         b.run("n += 10", session="s")  # b restores a's state first
         result = a.run("n", session="s")  # a's own copy is stale: it restores b's
@@ -79,7 +82,10 @@ def test_an_altered_stored_snapshot_is_refused(store: SQLiteStore) -> None:
     data = bytearray(stored.data)
     data[len(data) // 2] ^= 0xFF
     store.put("s", bytes(data))
-    with ReplEngine(boundary="inprocess", store=store, snapshot_key=KEY) as other, pytest.raises(SnapshotAuthError):
+    with (
+        ReplEngine(boundary="inprocess", store=store, snapshot_key=KEY) as other,
+        pytest.raises(SnapshotAuthError),
+    ):
         other.run("x", session="s")
 
 
