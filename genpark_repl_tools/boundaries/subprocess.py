@@ -30,7 +30,16 @@ from .._session import DESCRIBE_BUDGET_S, SessionTable, not_defined
 from ..policy import Policy
 from ._subprocess import _claims
 from ._subprocess import _protocol as P
-from ._subprocess._host import Died, Invalid, OutputSink, TimedOut, WorkerHandle
+from ._subprocess._host import (
+    FAILED_BYTES,
+    Died,
+    Invalid,
+    Lost,
+    OutputSink,
+    TimedOut,
+    WorkerClient,
+    attach_output,
+)
 from ._subprocess._os import prepare_workspace_root, resolve_user, session_dirname
 from ._subprocess._spawn import WorkerPool, worker_env, zygote_config
 
@@ -51,12 +60,11 @@ _VARIABLES = TypeAdapter(list[VariableInfo])
 # A snapshot or restore in the worker is bounded by max(timeout_s, this) there (snapshot/_save.py,
 # _load.py); the host waits that long plus room for moving the blob.
 _SNAPSHOT_BUDGET_S = 60.0
-_FAILED_BYTES = 2000
 
 
 class _SessionState:
     """The host's view of one session: its worker (if any), lock and bookkeeping. The namespace
-    and the `Session` itself live in the worker."""
+    and the `Session` itself live in the worker; requests go to it through the worker's client."""
 
     __slots__ = (
         "checkpointed",
@@ -76,7 +84,7 @@ class _SessionState:
         self.name = name
         self.workspace = workspace
         self.lock = threading.Lock()
-        self.worker: WorkerHandle | None = None
+        self.worker: WorkerClient | None = None
         self.execution_count = 0
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the next worker starts without the old namespace
@@ -369,7 +377,7 @@ class SubprocessBoundary(BaseBoundary):
                 raise SnapshotError(
                     f"session {session!r} has no live worker (it was stopped or lost); nothing to snapshot"
                 )
-            kind, data = self._snapshot_call(state, worker, P.SNAPSHOT, b"", fresh=False)
+            kind, data = self._snapshot_call(state, worker, P.SNAPSHOT, b"")
             if kind == P.REFUSED:
                 raise _refusal(data)
             if kind != P.SNAPSHOT_DATA:
@@ -388,10 +396,9 @@ class SubprocessBoundary(BaseBoundary):
                 worker = state.worker
                 if worker is not None and worker.abandoned:
                     worker = self._settle(state, worker)
-                fresh = worker is None or worker.dead
                 if worker is None or worker.dead:
                     worker = self._start_worker(state, restarted=False)
-                kind, data = self._snapshot_call(state, worker, P.LOAD, blob, fresh=fresh)
+                kind, data = self._snapshot_call(state, worker, P.LOAD, blob)
                 if kind == P.REFUSED:
                     raise _refusal(data)
                 if kind != P.RESTORED:
@@ -414,53 +421,32 @@ class SubprocessBoundary(BaseBoundary):
         return state is not None and not state.closed and state.checkpointed
 
     def _snapshot_call(
-        self, state: _SessionState, worker: WorkerHandle, kind: int, payload: bytes, *, fresh: bool
+        self, state: _SessionState, worker: WorkerClient, kind: int, payload: bytes
     ) -> tuple[int, bytes]:
         """Send SNAPSHOT or LOAD (caller holds state.lock) and wait for the reply, bounded."""
         from ..snapshot._format import SnapshotParts, SnapshotTooLarge, snapshot_limit
 
         budget = max(self.limits.timeout_s, _SNAPSHOT_BUDGET_S) + _QUERY_SLACK_S + self.kill_grace_s
-        view = memoryview(payload)
-        while len(view) > P.PART_BYTES:  # frames are bounded; large blobs go in parts
-            if not worker.send(P.LOAD_PART, bytes(view[: P.PART_BYTES])):
-                break
-            view = view[P.PART_BYTES :]
-        rid = worker.send(kind, bytes(view))
-        del view, payload
-        reply: tuple[int, bytes] | Died | Invalid | TimedOut = Died()
-        if rid:
-            try:
-                if fresh:
-                    self._await_ready(state, worker)
-                deadline = time.monotonic() + budget
-                # Within the snapshot limit, whatever the worker sends: it checked the limit itself.
-                parts = SnapshotParts(snapshot_limit(self.limits))
-                while True:
-                    reply = worker.wait(deadline, rid=rid)
-                    if not (isinstance(reply, tuple) and reply[0] == P.SNAPSHOT_PART):
-                        break
-                    parts.add(reply[1])
-                    worker.pending = rid  # more of the reply is on its way
-                if parts.size and isinstance(reply, tuple):
-                    reply = (reply[0], parts.finish(reply[1]))
-                del parts
-            except SnapshotTooLarge as exc:  # past the worker's own check: it is not our worker any more
-                self._retire(state, worker, drain=(None, None))
-                state.lost = "crashed"
-                raise SnapshotTooLarge(
-                    f"{exc}; the worker was stopped and the session starts empty on its next run"
-                ) from None
-            except BaseException:
-                self._abandon(state, worker)
-                raise
+        try:
+            # Within the snapshot limit, whatever the worker sends: it checked the limit itself.
+            parts = SnapshotParts(snapshot_limit(self.limits))
+            reply = worker.transfer(state.name, kind, payload, budget, parts)
+        except SnapshotTooLarge as exc:  # past the worker's own check: it is not our worker any more
+            self._retire(state, worker, drain=(None, None))
+            state.lost = "crashed"
+            raise SnapshotTooLarge(
+                f"{exc}; the worker was stopped and the session starts empty on its next run"
+            ) from None
+        except BaseException:
+            self._forget_unstarted(state, worker)
+            raise
         verb = "taking a snapshot" if kind == P.SNAPSHOT else "restoring a snapshot"
         return self._answer(state, worker, reply, f" while {verb}")
 
     # ---- execution ------------------------------------------------------------------------------
 
     def _execute_locked(self, state: _SessionState, request: ExecutionRequest) -> ExecutionResult:
-        limits = self.limits
-        timeout = request.timeout_s if request.timeout_s is not None else limits.timeout_s
+        timeout = request.timeout_s if request.timeout_s is not None else self.limits.timeout_s
         notes: list[str] = []
         if request.cancelled:
             return cancelled_before_start(request, self.policy.name, self.name, state.execution_count)
@@ -474,56 +460,48 @@ class SubprocessBoundary(BaseBoundary):
                     "its worker; files in its workspace are kept."
                 )
             worker = self._start_worker(state, restarted=state.lost is not None)
-        out = OutputSink(limits.max_output_chars, request.on_output, "stdout")
-        err = OutputSink(limits.max_output_chars, request.on_output, "stderr")
-        tools = request.tools
-        if tools is not None:
-            tools.begin(timeout)
-            worker.send_tools(tools.offer())
-        sent = time.monotonic()
-        rid = worker.send(P.EXEC, P.encode_exec(request.code, timeout))
-        state.running, state.running_since = request, sent
+        fresh = worker.pid is None
+        state.running, state.running_since = request, time.monotonic()
         try:
-            if worker.pid is None:
-                self._await_ready(state, worker, out, err)  # the cell's first output may come with READY
-                state.lost = None  # the fresh worker knows (restarted=...) and reports it in this result
-            if request.cancelled:  # cancelled between the check above and `running` being set
-                self.interrupt(state.name, request)
-            started = time.monotonic()
-            deadline = started + timeout + self.kill_grace_s
-            reply = worker.wait(deadline, out, err, rid, tools) if rid else Died()
-            if isinstance(reply, tuple) and reply[0] == P.NO_CHECKPOINT:  # said before the cell runs
-                worker.no_checkpoint = reply[1][:_FAILED_BYTES].decode("utf-8", "replace")
-                worker.pending = rid
-                reply = worker.wait(deadline, out, err, rid, tools)
+            outcome = worker.execute(
+                request,
+                timeout,
+                self.limits,
+                kill_grace_s=self.kill_grace_s,
+                interrupt_grace_s=_INTERRUPT_GRACE_S,
+                stamp=(state.name, self.policy.name, self.name),
+            )
         except BaseException:
-            self._abandon(state, worker)
+            self._forget_unstarted(state, worker)
             raise
         finally:
             state.running = None
-        why: str | None = None
-        if isinstance(reply, tuple) and reply[0] == P.RESULT:
-            result = self._checked_result(state, reply[1])
-            if result is not None:
-                why = _claims.implausible(result, limits, time.monotonic() - sent)
-            if result is not None and why is None:
-                state.execution_count = result.execution_count
-                _attach_output(result, out, err)
-                state.checkpointed = worker.no_checkpoint is None and self.supports_rollback
-                if worker.no_checkpoint is not None:
-                    notes.append(
-                        f"No checkpoint was taken before this cell ({worker.no_checkpoint}): a cell "
-                        "that ends the worker process loses the session's variables."
-                    )
-                    worker.no_checkpoint = None
-                if notes:
-                    result.notes[:0] = notes
-                return result
-            reply = Invalid()
+            if fresh and worker.pid is not None:
+                state.lost = None  # the fresh worker knows (restarted=...) and reports it in its result
+        if isinstance(outcome, Lost):
+            return self._lost_call(state, worker, outcome, timeout, notes)
+        state.execution_count = outcome.execution_count
+        state.checkpointed = worker.checkpoints and worker.no_checkpoint is None
+        if worker.no_checkpoint is not None:
+            notes.append(
+                f"No checkpoint was taken before this cell ({worker.no_checkpoint}): a cell "
+                "that ends the worker process loses the session's variables."
+            )
+            worker.no_checkpoint = None
+        if notes:
+            outcome.notes[:0] = notes
+        return outcome
+
+    def _lost_call(
+        self, state: _SessionState, worker: WorkerClient, lost: Lost, timeout: float, notes: list[str]
+    ) -> ExecutionResult:
+        """A call that ended its worker: stop what is left of it, say what happened, and roll the
+        session back to its checkpoint if the zygote kept one (caller holds state.lock)."""
+        reply = lost.reply
         killed = isinstance(reply, TimedOut)
-        interrupted = killed and reply.interrupted  # type: ignore[union-attr]
-        code = self._retire(state, worker, drain=(out, err), keep_checkpoint=not state.closed)
-        elapsed = time.monotonic() - started
+        interrupted = isinstance(reply, TimedOut) and reply.interrupted
+        code = self._retire(state, worker, drain=(lost.out, lost.err), keep_checkpoint=not state.closed)
+        elapsed = time.monotonic() - lost.started
         state.execution_count += 1
         state.lost = "timeout" if killed else "crashed"
         result = ExecutionResult(
@@ -535,16 +513,17 @@ class SubprocessBoundary(BaseBoundary):
             boundary=self.name,
             notes=notes,
         )
-        _attach_output(result, out, err)
+        attach_output(result, lost.out, lost.err)
+        how: _claims.Lost
         if killed and code in (-signal.SIGKILL, None):
-            how: _claims.Lost = "interrupted" if interrupted else "timeout"
+            how = "interrupted" if interrupted else "timeout"
         elif state.closed:
             how = "closed"
-        elif not isinstance(reply, (TimedOut, Died)):  # Invalid, or a frame that is not a RESULT
+        elif isinstance(reply, Invalid):
             how = "invalid"
         else:
             how = "ended"
-        result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, limits, why)
+        result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, self.limits, lost.why)
         state.checkpointed = False  # until the copy serves the session
         if worker.checkpoint:
             self._roll_back(state, worker, result, how)
@@ -556,7 +535,7 @@ class SubprocessBoundary(BaseBoundary):
         return result
 
     def _roll_back(
-        self, state: _SessionState, dead: WorkerHandle, result: ExecutionResult, how: _claims.Lost
+        self, state: _SessionState, dead: WorkerClient, result: ExecutionResult, how: _claims.Lost
     ) -> None:
         """Make the checkpoint the zygote kept for `dead` the session's worker: the session is as it
         was before the cell (caller holds state.lock). On failure the result stays a loss."""
@@ -564,8 +543,9 @@ class SubprocessBoundary(BaseBoundary):
             worker = state.worker = self._launch(
                 state, lambda: self._pool.resume(dead, state.execution_count)
             )
-            self._await_ready(state, worker)
+            self._pool.await_ready(state.name, worker)
         except BoundaryError as exc:
+            self._forget_unstarted(state, worker)
             result.notes.append(f"Rolling back to the checkpoint taken before this cell failed: {exc}")
             return
         state.lost = None
@@ -574,52 +554,11 @@ class SubprocessBoundary(BaseBoundary):
         if result.error is not None:
             result.error.hint = _claims.rolled_back_hint(how)
 
-    def _checked_result(self, state: _SessionState, data: bytes) -> ExecutionResult | None:
-        """The worker's result (a RESULT payload) as an ExecutionResult, or None if it is not a
-        valid one.
-
-        The worker runs the agent's code, so these bytes may come from a compromised worker. The
-        check is what stands between them and the host: pydantic validates the JSON in full, in one
-        pass: types, required fields, no unknown fields, nested models, enum values (an unchecked
-        construct would hand hostile shapes to code that assumes the schema). Size is bounded
-        before this by the frame limit (P.MAX_FRAME), and what the result holds is the session's
-        own data either way: a worker can only ever say things about its own session. So the
-        fields that name a session or where it ran, which the host's accounting and history key
-        on, are the host's to set, never the worker's.
-        """
-        try:
-            result = ExecutionResult.model_validate_json(data)
-        except ValidationError:
-            return None
-        if result.session != state.name:
-            result.session = state.name
-        if result.policy != self.policy.name:
-            result.policy = self.policy.name
-        if result.boundary != self.name:
-            result.boundary = self.name
-        if result.usage.tool_calls or result.usage.tool_ms:  # the host counts its tools' calls itself
-            result.usage.tool_calls, result.usage.tool_ms = 0, 0.0
-        return result
-
-    def _abandon(self, state: _SessionState, worker: WorkerHandle) -> None:
-        """The caller stopped waiting mid-call (KeyboardInterrupt, a cancelled task, an exception
-        raised into its thread). Stop the work it started; the next call on the session settles it."""
-        if worker.dead:
-            return
-        if not worker.pending:
-            return  # the reply was read; nothing is in flight
-        worker.abandoned = True
-        self._pool.interrupt(worker)
-
-    def _settle(self, state: _SessionState, worker: WorkerHandle) -> WorkerHandle | None:
-        """Wait (bounded) for the late reply of an abandoned call and drop it with its output; if it
-        does not come, kill the worker. Returns the worker if it is usable, else None."""
-        rid = worker.pending
-        if rid and not worker.dead:
-            reply = worker.wait(time.monotonic() + _INTERRUPT_GRACE_S + self.kill_grace_s, rid=rid)
-            if isinstance(reply, tuple):
-                worker.abandoned = False
-                return worker
+    def _settle(self, state: _SessionState, worker: WorkerClient) -> WorkerClient | None:
+        """Let an abandoned call's late reply come (bounded) and drop it; if it does not come, stop
+        the worker. Returns the worker if it is usable, else None."""
+        if worker.settle(time.monotonic() + _INTERRUPT_GRACE_S + self.kill_grace_s):
+            return worker
         self._retire(state, worker, drain=(None, None))
         state.lost = "crashed"
         return None
@@ -631,12 +570,9 @@ class SubprocessBoundary(BaseBoundary):
         running, worker = state.running, state.worker
         if running is None or worker is None or (request is not None and running is not request):
             return False
-        self._pool.interrupt(worker)
-        # A cell that ignores the interrupt (C code, a handler of its own) is killed after this grace.
-        worker.cut_short(_INTERRUPT_GRACE_S + self.kill_grace_s)
-        return True
+        return worker.interrupt(_INTERRUPT_GRACE_S + self.kill_grace_s)
 
-    def _start_worker(self, state: _SessionState, *, restarted: bool) -> WorkerHandle:
+    def _start_worker(self, state: _SessionState, *, restarted: bool) -> WorkerClient:
         worker = state.worker = self._launch(
             state, lambda: self._pool.start(state.name, state.workspace, restarted=restarted)
         )
@@ -645,7 +581,7 @@ class SubprocessBoundary(BaseBoundary):
     def set_room_maker(self, make_room: Callable[[list[str]], bool] | None) -> None:
         self._make_room = make_room
 
-    def _launch(self, state: _SessionState, launch: Callable[[], WorkerHandle]) -> WorkerHandle:
+    def _launch(self, state: _SessionState, launch: Callable[[], WorkerClient]) -> WorkerClient:
         """A new worker for `state` (caller holds its lock). At max_workers, the room maker (an
         engine with a store) hibernates an idle session, and the launch is tried again: another
         call may have taken the freed slot meanwhile, so until nothing more can go."""
@@ -693,24 +629,16 @@ class SubprocessBoundary(BaseBoundary):
             "are busy or hold changes the store could not save. Try again shortly, or raise max_workers"
         )
 
-    def _await_ready(
-        self,
-        state: _SessionState,
-        worker: WorkerHandle,
-        out: OutputSink | None = None,
-        err: OutputSink | None = None,
-    ) -> None:
-        try:
-            self._pool.await_ready(state.name, worker, out, err)
-        except BaseException:
-            if state.worker is worker:  # the pool retired it
-                state.worker = None
-            raise
+    def _forget_unstarted(self, state: _SessionState, worker: WorkerClient) -> None:
+        """After a failed call: a worker the launcher retired (it did not start) is no longer the
+        session's."""
+        if worker.dead and state.worker is worker:
+            state.worker = None
 
     def _retire(
         self,
         state: _SessionState,
-        worker: WorkerHandle,
+        worker: WorkerClient,
         drain: tuple[OutputSink | None, OutputSink | None],
         *,
         keep_checkpoint: bool = False,
@@ -723,7 +651,7 @@ class SubprocessBoundary(BaseBoundary):
 
     # ---- queries --------------------------------------------------------------------------------
 
-    def _live_worker(self, state: _SessionState) -> WorkerHandle | None:
+    def _live_worker(self, state: _SessionState) -> WorkerClient | None:
         """The session's worker, if it has one (caller holds state.lock)."""
         if state.closed:
             raise SessionNotFound(f"session {state.name!r} was closed")
@@ -731,7 +659,7 @@ class SubprocessBoundary(BaseBoundary):
         return None if worker is None or worker.dead else worker
 
     def _query(
-        self, state: _SessionState, worker: WorkerHandle, kind: int, request: dict[str, Any]
+        self, state: _SessionState, worker: WorkerClient, kind: int, request: dict[str, Any]
     ) -> tuple[int, bytes]:
         # The worker's own describe budget, plus room for the reply and a kill.
         budget = min(self.limits.timeout_s, DESCRIBE_BUDGET_S) + _QUERY_SLACK_S + self.kill_grace_s
@@ -743,20 +671,12 @@ class SubprocessBoundary(BaseBoundary):
                     "stopped; the session restarts empty on its next run"
                 )
             worker = settled
-        reply: tuple[int, bytes] | Died | Invalid | TimedOut = Died()
-        rid = worker.send_json(kind, request)
-        if rid:
-            try:
-                reply = worker.wait(time.monotonic() + budget, rid=rid)
-            except BaseException:
-                self._abandon(state, worker)
-                raise
-        return self._answer(state, worker, reply)
+        return self._answer(state, worker, worker.query(kind, request, time.monotonic() + budget))
 
     def _answer(
         self,
         state: _SessionState,
-        worker: WorkerHandle,
+        worker: WorkerClient,
         reply: tuple[int, bytes] | Died | Invalid | TimedOut,
         doing: str = "",
     ) -> tuple[int, bytes]:
@@ -764,7 +684,7 @@ class SubprocessBoundary(BaseBoundary):
         state.last_used = time.monotonic()
         if isinstance(reply, tuple):
             if reply[0] == P.FAILED:  # bounded: the worker's words end up before a model or in a log
-                why = reply[1][:_FAILED_BYTES].decode("utf-8", "replace")
+                why = reply[1][:FAILED_BYTES].decode("utf-8", "replace")
                 raise BoundaryError(f"the worker could not answer: {why}")
             return reply
         code = self._retire(state, worker, drain=(None, None))
@@ -780,7 +700,7 @@ class SubprocessBoundary(BaseBoundary):
         )
 
     def _unexpected(
-        self, state: _SessionState, worker: WorkerHandle, kind: int, *, malformed: bool = False
+        self, state: _SessionState, worker: WorkerClient, kind: int, *, malformed: bool = False
     ) -> BoundaryError:
         self._retire(state, worker, drain=(None, None))
         state.lost = "crashed"
@@ -884,17 +804,6 @@ _REQUIRE_ALIASES = {
 
 
 # ---- helpers ----------------------------------------------------------------------------------------
-
-
-def _attach_output(result: ExecutionResult, out: OutputSink, err: OutputSink) -> None:
-    stdout, stdout_cut = out.finish()
-    if stdout or stdout_cut:  # most calls print nothing: no assignments then
-        result.stdout = result.stdout + stdout if result.stdout else stdout
-        result.stdout_truncated = result.stdout_truncated or stdout_cut
-    stderr, stderr_cut = err.finish()
-    if stderr or stderr_cut:
-        result.stderr = result.stderr + stderr if result.stderr else stderr
-        result.stderr_truncated = result.stderr_truncated or stderr_cut
 
 
 def _sign_worker_snapshot(data: bytes, key: bytes) -> SessionSnapshot:

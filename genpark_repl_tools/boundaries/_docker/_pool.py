@@ -1,11 +1,12 @@
 """Zygotes in containers: one container per session, its zygote forking the session's worker inside.
 
-The host side is the subprocess boundary's: the same worker pool, zygote client, worker handles and
-wire. Only the launch differs. The zygote is started by `docker run` (attached, so the CLI process
-lives exactly as long as the container) with the image's own python3, and connects back to a Unix
-socket in a host directory mounted read-only into the container; the host then passes each worker's
-socket and pipes over it with SCM_RIGHTS as it does to a local zygote (one kernel: descriptors cross
-the mount). The zygote is the container's PID 1, so when it ends every process in the container ends.
+The host side is the subprocess boundary's: the same session table, worker clients and wire, and
+the same worker pool and zygote client. Only the launch differs. The zygote is started by `docker
+run` (attached, so the CLI process lives exactly as long as the container) with the image's own
+python3, and connects back to a Unix socket in a host directory mounted read-only into the
+container; the host then passes each worker's socket and pipes over it with SCM_RIGHTS as it does to
+a local zygote (one kernel: descriptors cross the mount). The zygote is the container's PID 1, so
+when it ends every process in the container ends.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from typing import Any
 from ..._exceptions import BoundaryError, CapacityError
 from ..._limits import Limits
 from .._subprocess import _protocol, _zygote
-from .._subprocess._host import OutputSink, WorkerHandle, ZygoteClient
-from .._subprocess._spawn import IDENTITY, WorkerPool, package_identity
+from .._subprocess._host import OutputSink, WorkerClient
+from .._subprocess._spawn import IDENTITY, WorkerPool, ZygoteClient, package_identity
 from . import _cli
 from ._settings import CONTAINER_RUN_DIR, CONTAINER_WORKSPACE, ContainerSettings
 
@@ -215,7 +216,7 @@ class _ContainerWorkerPool(WorkerPool):
     def worker_path(self, workspace: Path) -> str:
         return CONTAINER_WORKSPACE
 
-    def start(self, session: str, workspace: Path, *, restarted: bool) -> WorkerHandle:
+    def start(self, session: str, workspace: Path, *, restarted: bool) -> WorkerClient:
         if os.geteuid() == 0:  # the container's user writes there
             workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chown(workspace, self.launch.settings.uid, self.launch.settings.gid)
@@ -256,7 +257,7 @@ class ContainerPool:
         self._probe_dir = root / ".probe"
         self._lock = threading.Lock()
         self._pools: dict[str, _ContainerWorkerPool] = {}  # per session
-        self._owners: dict[int, tuple[WorkerHandle, _ContainerWorkerPool]] = {}  # id(worker) -> its pool
+        self._owners: dict[int, tuple[WorkerClient, _ContainerWorkerPool]] = {}  # id(worker) -> its pool
         self._hello: dict[str, Any] | None = None
         self._starting = 0
         self._warm_target = warm
@@ -291,7 +292,7 @@ class ContainerPool:
             pools = list(self._pools.values())
         return sum(pool.live() for pool in pools)
 
-    def start(self, session: str, workspace: Path, *, restarted: bool) -> WorkerHandle:
+    def start(self, session: str, workspace: Path, *, restarted: bool) -> WorkerClient:
         with self._lock:
             pool = self._pools.get(session)
             if pool is None:
@@ -324,7 +325,7 @@ class ContainerPool:
         self._own(worker, pool)
         return worker
 
-    def resume(self, dead: WorkerHandle, execution_count: int) -> WorkerHandle:
+    def resume(self, dead: WorkerClient, execution_count: int) -> WorkerClient:
         pool = self._disown(dead)  # kept by retire() for this
         if pool is None:
             raise BoundaryError("the container holding this session's checkpoint is gone")
@@ -333,7 +334,7 @@ class ContainerPool:
         return worker
 
     def await_ready(
-        self, session: str, worker: WorkerHandle, out: OutputSink | None = None, err: OutputSink | None = None
+        self, session: str, worker: WorkerClient, out: OutputSink | None = None, err: OutputSink | None = None
     ) -> None:
         pool = self._pool_of(worker)
         if pool is None:
@@ -346,7 +347,7 @@ class ContainerPool:
 
     def retire(
         self,
-        worker: WorkerHandle,
+        worker: WorkerClient,
         drain: tuple[OutputSink | None, OutputSink | None],
         *,
         keep_checkpoint: bool = False,
@@ -361,12 +362,12 @@ class ContainerPool:
             self._drop(pool.launch.session, pool)
         return code
 
-    def kill(self, worker: WorkerHandle) -> None:
+    def kill(self, worker: WorkerClient) -> None:
         pool = self._pool_of(worker)
         if pool is not None:
             pool.kill(worker)
 
-    def interrupt(self, worker: WorkerHandle) -> None:
+    def interrupt(self, worker: WorkerClient) -> None:
         pool = self._pool_of(worker)
         if pool is not None:
             pool.interrupt(worker)
@@ -462,16 +463,17 @@ class ContainerPool:
                 del self._pools[session]
         pool.shutdown()
 
-    def _own(self, worker: WorkerHandle, pool: _ContainerWorkerPool) -> None:
+    def _own(self, worker: WorkerClient, pool: _ContainerWorkerPool) -> None:
+        worker.launcher = self  # its READY and interrupts go through the owner's bookkeeping
         with self._lock:
             self._owners[id(worker)] = (worker, pool)
 
-    def _disown(self, worker: WorkerHandle) -> _ContainerWorkerPool | None:
+    def _disown(self, worker: WorkerClient) -> _ContainerWorkerPool | None:
         with self._lock:
             entry = self._owners.pop(id(worker), None)
         return entry[1] if entry is not None else None
 
-    def _pool_of(self, worker: WorkerHandle) -> _ContainerWorkerPool | None:
+    def _pool_of(self, worker: WorkerClient) -> _ContainerWorkerPool | None:
         with self._lock:
             entry = self._owners.get(id(worker))
         return entry[1] if entry is not None else None

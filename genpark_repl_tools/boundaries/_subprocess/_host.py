@@ -1,7 +1,10 @@
-"""The host's side: a client for the zygote and a handle per worker.
+"""The worker client: the host's end of one live worker, through which every request goes.
 
-Nothing here runs the agent's code. The host never forks: the zygote is started with
-`subprocess.Popen` (fork+exec, safe from a threaded host) and forks the workers itself.
+A request goes down a straight line: the boundary's session table (subprocess.py) picks the session's
+worker and does the accounting, this client sends the request and reads the frames back (output, host
+tool calls, the reply, snapshot parts) until the reply, a crash or the deadline, and the wire
+(_protocol) encodes the frames. The launcher (_spawn, or the container boundary's) is called only when
+a worker starts (its READY) or an interrupt must be rung. Nothing here runs the agent's code.
 """
 
 from __future__ import annotations
@@ -14,34 +17,27 @@ import os
 import select
 import socket
 import struct
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import ValidationError
 
 from ..._capture import BoundedText, StreamingText
-from ..._exceptions import BoundaryError
+from ..._limits import Limits
+from ..._models import ExecutionResult
 from ..._text import BYTES_ERRORS
+from . import _claims
 from . import _protocol as P
-from . import _zygote
 
 if TYPE_CHECKING:
+    from ..._boundary import ExecutionRequest
     from ..._host_tools import ToolRun
+    from ...snapshot._format import SnapshotParts
 
-__all__ = ["Died", "Invalid", "OutputSink", "TimedOut", "WorkerHandle", "ZygoteClient"]
+__all__ = ["Died", "Invalid", "Launcher", "Lost", "OutputSink", "TimedOut", "WorkerClient", "attach_output"]
 
-# Named through the module object, so a rename or move cannot leave a stale string behind.
-_BOOTSTRAP = (
-    "import json, sys\n"
-    "sys.path[:] = json.loads(sys.argv[1])\n"
-    f"from {_zygote.__name__} import {_zygote.main.__name__}\n"
-    f"{_zygote.main.__name__}(int(sys.argv[2]))\n"
-)
 _READ_CHUNK = 1 << 16
 # After a reply, output the worker keeps producing (a thread printing forever) is left for later.
 _DRAIN_AFTER_REPLY_BYTES = 4 << 20
@@ -49,12 +45,12 @@ _DRAIN_AFTER_REPLY_BYTES = 4 << 20
 # after reading, it stops watching the pipes this long and lets their buffers fill, so a print loop
 # does not cost a host wake-up per line.
 _OUTPUT_BATCH_S = 0.002
-PIPE_BUFFER_BYTES = 256 * 1024
-_EXITS_KEPT = 4096
 _RID = struct.Struct("!I")
 # A thread waiting for a reply wakes at least this often, so an exception raised into it (a
-# framework abandoning the call) takes effect and the call is abandoned cleanly (see _abandon).
+# framework abandoning the call) takes effect and the call is abandoned cleanly (see WorkerClient.abandon).
 _POLL_CAP_S = 0.25
+# The worker's words (a failure, why a cell has no checkpoint) end up before a model or in a log: bounded.
+FAILED_BYTES = 2000
 
 
 @dataclass(frozen=True)
@@ -106,11 +102,51 @@ class OutputSink:
         return self._text.getvalue(), self._text.truncated
 
 
-class WorkerHandle:
-    """The host's end of one worker: its socket and the read ends of its stdout/stderr pipes."""
+@dataclass(frozen=True)
+class Lost:
+    """A call that ended without a valid result (the worker died, broke the protocol or missed its
+    deadline), with what it printed until then; the session table retires the worker and says so."""
 
-    def __init__(self, token: str, sock: socket.socket, out_r: int, err_r: int, interrupt_w: int) -> None:
+    reply: Died | Invalid | TimedOut
+    out: OutputSink
+    err: OutputSink
+    started: float  # when the cell started (monotonic)
+    why: str | None  # a result refused as implausible: why
+
+
+class Launcher(Protocol):
+    """What a worker client asks of the launcher that started its worker: the worker's READY, and
+    the bell that interrupts its request."""
+
+    def await_ready(
+        self, session: str, worker: WorkerClient, out: OutputSink | None = None, err: OutputSink | None = None
+    ) -> None: ...
+
+    def interrupt(self, worker: WorkerClient) -> None: ...
+
+
+class WorkerClient:
+    """The host's end of one worker: its socket and the read ends of its stdout/stderr pipes.
+
+    Security model: host code only; the worker runs the agent's code, so every byte read from it is
+    untrusted: frames are bounded by the wire, results validated in full, and the fields the host's
+    accounting keys on (session, policy, boundary, tool usage) are the host's to set.
+    """
+
+    def __init__(
+        self,
+        token: str,
+        sock: socket.socket,
+        out_r: int,
+        err_r: int,
+        interrupt_w: int,
+        launcher: Launcher,
+        *,
+        checkpoints: bool = False,
+    ) -> None:
         self.token = token
+        self.launcher = launcher
+        self.checkpoints = checkpoints  # whether the zygote takes a checkpoint before each cell
         self.sock = sock
         self.out_r = out_r
         self.err_r = err_r
@@ -147,9 +183,9 @@ class WorkerHandle:
             self.sock.sendall(P.encode(kind, payload, rid))
         except OSError:
             return 0
-        self.pending = rid
+        self.cut_deadline = float("inf")  # before `pending`: an interrupt seeing the request keeps its cut
         self.abandoned = False
-        self.cut_deadline = float("inf")
+        self.pending = rid
         return rid
 
     def send_tools(self, offer: tuple[tuple[str, str], ...]) -> None:
@@ -160,6 +196,126 @@ class WorkerHandle:
 
     def send_json(self, kind: int, obj: Any) -> int:
         return self.send(kind, json.dumps(obj, separators=(",", ":")).encode())
+
+    # ---- requests: each one call from the session table ------------------------------------------
+
+    def execute(
+        self,
+        request: ExecutionRequest,
+        timeout: float,
+        limits: Limits,
+        *,
+        kill_grace_s: float,
+        interrupt_grace_s: float,
+        stamp: tuple[str, str, str],
+    ) -> ExecutionResult | Lost:
+        """Run one cell: the result, its output attached, or what was lost. `stamp` is the (session,
+        policy, boundary) the result is reported under."""
+        session = stamp[0]
+        out = OutputSink(limits.max_output_chars, request.on_output, "stdout")
+        err = OutputSink(limits.max_output_chars, request.on_output, "stderr")
+        tools = request.tools
+        if tools is not None:
+            tools.begin(timeout)
+            self.send_tools(tools.offer())
+        sent = time.monotonic()
+        rid = self.send(P.EXEC, P.encode_exec(request.code, timeout))
+        try:
+            if self.pid is None:  # a fresh worker: the cell's first output may come with READY
+                self.launcher.await_ready(session, self, out, err)
+            if request.cancelled:  # cancelled after the session table looked, before it was running
+                self.interrupt(interrupt_grace_s + kill_grace_s)
+            started = time.monotonic()
+            deadline = started + timeout + kill_grace_s
+            reply = self.wait(deadline, out, err, rid, tools) if rid else Died()
+            if isinstance(reply, tuple) and reply[0] == P.NO_CHECKPOINT:  # said before the cell runs
+                self.no_checkpoint = reply[1][:FAILED_BYTES].decode("utf-8", "replace")
+                self.pending = rid
+                reply = self.wait(deadline, out, err, rid, tools)
+        except BaseException:
+            self.abandon()
+            raise
+        why: str | None = None
+        if isinstance(reply, tuple):
+            result = checked_result(reply[1], stamp) if reply[0] == P.RESULT else None
+            if result is not None:
+                why = _claims.implausible(result, limits, time.monotonic() - sent)
+                if why is None:
+                    attach_output(result, out, err)
+                    return result
+            reply = Invalid()
+        return Lost(reply, out, err, started, why)
+
+    def query(
+        self, kind: int, request: dict[str, Any], deadline: float
+    ) -> tuple[int, bytes] | Died | Invalid | TimedOut:
+        """Send a query (variables, inspect, reset) and wait for its reply until `deadline`."""
+        rid = self.send_json(kind, request)
+        if not rid:
+            return Died()
+        try:
+            return self.wait(deadline, rid=rid)
+        except BaseException:
+            self.abandon()
+            raise
+
+    def transfer(
+        self, session: str, kind: int, payload: bytes, budget_s: float, parts: SnapshotParts
+    ) -> tuple[int, bytes] | Died | Invalid | TimedOut:
+        """Send SNAPSHOT or LOAD (a large blob in parts: frames are bounded) and wait `budget_s` for
+        the reply, joining the parts it comes in (`parts` raises past the snapshot limit)."""
+        view = memoryview(payload)
+        while len(view) > P.PART_BYTES:
+            if not self.send(P.LOAD_PART, bytes(view[: P.PART_BYTES])):
+                break
+            view = view[P.PART_BYTES :]
+        rid = self.send(kind, bytes(view))
+        del view
+        if not rid:
+            return Died()
+        try:
+            if self.pid is None:  # a fresh worker: the request waits in its socket until READY
+                self.launcher.await_ready(session, self)
+            deadline = time.monotonic() + budget_s
+            while True:
+                reply = self.wait(deadline, rid=rid)
+                if not (isinstance(reply, tuple) and reply[0] == P.SNAPSHOT_PART):
+                    break
+                parts.add(reply[1])
+                self.pending = rid  # more of the reply is on its way
+            if parts.size and isinstance(reply, tuple):
+                reply = (reply[0], parts.finish(reply[1]))
+        except BaseException:
+            self.abandon()
+            raise
+        return reply
+
+    def settle(self, deadline: float) -> bool:
+        """Wait (until `deadline`) for the late reply of an abandoned call and drop it with its
+        output; whether it came (False: the worker must go)."""
+        rid = self.pending
+        if rid and not self.dead and isinstance(self.wait(deadline, rid=rid), tuple):
+            self.abandoned = False
+            return True
+        return False
+
+    def interrupt(self, grace_s: float) -> bool:
+        """Stop the request in flight; a cell that ignores it (C code, a handler of its own) makes
+        the wait give up `grace_s` from now, and the worker is killed then. False if none is in
+        flight (not sent yet, or answered)."""
+        if not self.pending:
+            return False
+        self.launcher.interrupt(self)
+        self.cut_short(grace_s)
+        return True
+
+    def abandon(self) -> None:
+        """The caller stopped waiting mid-call (KeyboardInterrupt, a cancelled task, an exception
+        raised into its thread): stop the work it started; the next call settles it first."""
+        if self.dead or not self.pending:
+            return  # the reply was read; nothing is in flight
+        self.abandoned = True
+        self.launcher.interrupt(self)
 
     def post_interrupt(self, rid: int) -> bool:
         """Tell the worker which request to stop (before the zygote signals it)."""
@@ -335,244 +491,41 @@ class WorkerHandle:
                 os.close(fd)
 
 
-class ZygoteClient:
-    """Starts the zygote and talks to it. Thread-safe; one reader thread collects its messages."""
+def checked_result(data: bytes, stamp: tuple[str, str, str]) -> ExecutionResult | None:
+    """The worker's result (a RESULT payload) as an ExecutionResult, or None if it is not a valid one.
 
-    def __init__(
-        self,
-        config: dict[str, Any],
-        env: dict[str, str],
-        python: str,
-        on_death: Callable[[], None] | None = None,
-        paths: list[str] | None = None,
-    ) -> None:
-        self._config = config
-        self._paths = paths  # the zygote's sys.path; None: this process's (the same interpreter)
-        self._on_death = on_death
-        self._closing = False
-        self._env = env
-        self._python = python
-        self._send_lock = threading.Lock()
-        self._cond = threading.Condition()
-        self._exits: OrderedDict[str, int] = OrderedDict()
-        self._failures: dict[str, str] = {}
-        self._kept: set[str] = set()  # dead workers whose checkpoint copy the zygote holds
-        self._hello: dict[str, Any] | None = None
-        self._dead = False
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._ctl: socket.socket | None = None
-        self._stderr: IO[bytes] | None = None
-        self._reader: threading.Thread | None = None
-        self.generation = 0
+    The worker runs the agent's code, so these bytes may come from a compromised worker. The check is
+    what stands between them and the host: pydantic validates the JSON in full, in one pass: types,
+    required fields, no unknown fields, nested models, enum values (an unchecked construct would hand
+    hostile shapes to code that assumes the schema). Size is bounded before this by the frame limit
+    (P.MAX_FRAME), and what the result holds is the session's own data either way: a worker can only
+    ever say things about its own session. So the fields that name a session or where it ran, which
+    the host's accounting and history key on, are the host's to set (`stamp`: session, policy,
+    boundary), never the worker's.
+    """
+    try:
+        result = ExecutionResult.model_validate_json(data)
+    except ValidationError:
+        return None
+    session, policy, boundary = stamp
+    if result.session != session:
+        result.session = session
+    if result.policy != policy:
+        result.policy = policy
+    if result.boundary != boundary:
+        result.boundary = boundary
+    if result.usage.tool_calls or result.usage.tool_ms:  # the host counts its tools' calls itself
+        result.usage.tool_calls, result.usage.tool_ms = 0, 0.0
+    return result
 
-    # ---- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._release_previous()
-        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        paths = self._paths
-        if paths is None:
-            paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
-        # Kept open for the zygote's lifetime: its last words when it fails to start.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        try:
-            self._proc = subprocess.Popen(
-                [self._python, "-I", "-c", _BOOTSTRAP, json.dumps(paths), str(child.fileno())],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=self._stderr,
-                pass_fds=(child.fileno(),),
-                env=self._env,
-                close_fds=True,
-                # Its own session: a Ctrl-C in the host's terminal must not reach the workers.
-                start_new_session=True,
-            )
-        except OSError as exc:
-            host.close()
-            raise BoundaryError(f"could not start the zygote ({self._python}): {exc}") from exc
-        finally:
-            child.close()
-        self._ctl = host
-        with self._cond:
-            self._hello = None
-            self._dead = False
-            self.generation += 1
-        P.send_frame(host, P.CONFIG, json.dumps(self._config).encode())
-        self._reader = threading.Thread(
-            target=self._read_loop, args=(host,), name="genpark-repl-zygote-reader", daemon=True
-        )
-        self._reader.start()
-
-    def hello(self, timeout: float) -> dict[str, Any]:
-        """The zygote's report of what it detected (waits for its start)."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._hello is not None or self._dead, timeout):
-                raise BoundaryError(f"the zygote did not start within {timeout:g} s")
-            hello = self._hello
-        if hello is None or "error" in hello:
-            detail = hello.get("error") if hello else self._stderr_text()
-            raise BoundaryError(f"the subprocess boundary could not start: {detail}")
-        return hello
-
-    @property
-    def alive(self) -> bool:
-        with self._cond:
-            return not self._dead and self._proc is not None
-
-    def _release_previous(self) -> None:
-        """After the zygote died: reap it and close what pointed at it."""
-        proc, ctl, stderr, reader = self._proc, self._ctl, self._stderr, self._reader
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if ctl is not None:
-            ctl.close()
-        if reader is not None and reader is not threading.current_thread():
-            reader.join(5)
-        if stderr is not None:
-            stderr.close()
-        self._proc = self._ctl = self._stderr = self._reader = None
-
-    def close(self, timeout: float = 5.0) -> None:
-        self._closing = True
-        proc, ctl = self._proc, self._ctl
-        if proc is None or ctl is None:
-            return
-        with self._send_lock, contextlib.suppress(OSError):
-            P.send_frame(ctl, P.QUIT)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            # Its workers die with it (parent-death signal); its own children were already killed.
-            proc.kill()
-            proc.wait(timeout)
-        ctl.close()
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(timeout)
-        if self._stderr is not None:
-            self._stderr.close()
-        with self._cond:
-            self._dead = True
-            self._cond.notify_all()
-
-    # ---- requests -------------------------------------------------------------------------------
-
-    def spawn(self, token: str, request: dict[str, Any], fds: list[int]) -> None:
-        self._send_with_fds(P.SPAWN, {"token": token, **request}, fds)
-
-    def _send_with_fds(self, kind: int, message: dict[str, Any], fds: list[int]) -> None:
-        ctl = self._ctl
-        if ctl is None or not self.alive:
-            raise BoundaryError("the zygote is not running")
-        with self._send_lock:
-            try:
-                P.send_frame(ctl, kind, json.dumps(message).encode(), fds)
-            except OSError as exc:
-                raise BoundaryError(f"the zygote is not reachable: {exc}") from exc
-
-    def kill(self, token: str) -> None:
-        self._tell(P.KILL, token)
-
-    def resume(self, token: str, old: str, request: dict[str, Any], fds: list[int]) -> None:
-        """Make the checkpoint copy of dead worker `old` the worker `token` (its READY, or a spawn
-        failure, follows as for `spawn`)."""
-        self._send_with_fds(P.RESUME, {"token": token, "from": old, **request}, fds)
-
-    def discard(self, token: str) -> None:
-        """Drop the checkpoint copy the zygote holds for dead worker `token`, if any."""
-        with self._cond:
-            self._kept.discard(token)
-        self._tell(P.DISCARD, token)
-
-    def kept_checkpoint(self, token: str) -> bool:
-        """Whether the zygote kept a checkpoint copy when worker `token` ended (asked once)."""
-        with self._cond:
-            if token in self._kept:
-                self._kept.discard(token)
-                return True
-            return False
-
-    def interrupt(self, token: str) -> None:
-        """Ask the worker to stop its running cell (SIGUSR1; the worker turns it into a cancel)."""
-        self._tell(P.INTERRUPT, token)
-
-    def _tell(self, kind: int, token: str) -> None:
-        ctl = self._ctl
-        if ctl is None:
-            return
-        with self._send_lock, contextlib.suppress(OSError):
-            P.send_frame(ctl, kind, json.dumps({"token": token}).encode())
-
-    def wait_exit(self, token: str, timeout: float) -> int | None:
-        """Exit code (negative: signal number) of the worker, once the zygote reaped it."""
-        with self._cond:
-            # A worker that never started (a failed spawn or resume) never exits either.
-            self._cond.wait_for(
-                lambda: token in self._exits or token in self._failures or self._dead, timeout
-            )
-            return self._exits.pop(token, None)
-
-    def forget(self, token: str) -> None:
-        with self._cond:
-            self._exits.pop(token, None)
-            self._failures.pop(token, None)
-
-    def spawn_failure(self, token: str) -> str | None:
-        with self._cond:
-            return self._failures.pop(token, None)
-
-    # ---- reader ---------------------------------------------------------------------------------
-
-    def _read_loop(self, ctl: socket.socket) -> None:
-        frames = P.FrameBuffer()
-        while True:
-            try:
-                data = ctl.recv(_READ_CHUNK)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            frames.feed(data)
-            try:
-                while (frame := frames.next()) is not None:
-                    self._handle(*frame)
-            except (P.ProtocolError, ValueError):
-                break
-        with self._cond:
-            current = self._ctl is ctl
-            if current:
-                self._dead = True
-            self._cond.notify_all()
-        if current and not self._closing and self._on_death is not None:
-            self._on_death()
-
-    def _handle(self, kind: int, payload: bytes) -> None:
-        message = json.loads(payload) if payload else {}
-        with self._cond:
-            if kind == P.HELLO:
-                self._hello = message
-            elif kind == P.EXITED:
-                self._exits[message["token"]] = int(message["code"])
-                if message.get("checkpoint"):
-                    self._kept.add(message["token"])
-                while len(self._exits) > _EXITS_KEPT:
-                    self._exits.popitem(last=False)
-            elif kind == P.SPAWN_FAILED:
-                self._failures[message["token"]] = str(message["error"])
-            self._cond.notify_all()
-
-    def _stderr_text(self) -> str:
-        if self._stderr is None:
-            return "no output"
-        try:
-            self._stderr.seek(0)
-            text = self._stderr.read()[-4000:].decode("utf-8", "replace").strip()
-        except (OSError, ValueError):
-            return "no output"
-        return text or "the zygote exited without output"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+def attach_output(result: ExecutionResult, out: OutputSink, err: OutputSink) -> None:
+    """What the call printed, after what the result already holds."""
+    stdout, stdout_cut = out.finish()
+    if stdout or stdout_cut:  # most calls print nothing: no assignments then
+        result.stdout = result.stdout + stdout if result.stdout else stdout
+        result.stdout_truncated = result.stdout_truncated or stdout_cut
+    stderr, stderr_cut = err.finish()
+    if stderr or stderr_cut:
+        result.stderr = result.stderr + stderr if result.stderr else stderr
+        result.stderr_truncated = result.stderr_truncated or stderr_cut

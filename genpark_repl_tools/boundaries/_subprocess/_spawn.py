@@ -1,7 +1,10 @@
-"""Worker processes for the subprocess boundary: the zygote, and starting and retiring workers.
+"""The launcher of the subprocess boundary: the zygote, and starting, resuming and retiring workers.
 
 The boundary decides which session has which worker and when one goes; `WorkerPool` does it: it owns
-the zygote client, every live worker handle and the `max_workers` cap.
+the zygote client, every live worker client and the `max_workers` cap. It is used only when a worker
+is started, resumed or ended: a request goes from the boundary to the worker's client (_host) and
+the wire, never through here. The host never forks: the zygote is started with `subprocess.Popen`
+(fork+exec, safe from a threaded host) and forks the workers itself.
 """
 
 from __future__ import annotations
@@ -15,24 +18,28 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from importlib.util import resolve_name
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..._exceptions import BoundaryError, CapacityError
 from ..._limits import Limits
 from ...policy import Policy
 from . import _protocol as P
-from ._host import PIPE_BUFFER_BYTES, OutputSink, WorkerHandle, ZygoteClient
+from . import _zygote
+from ._host import OutputSink, WorkerClient
 
 __all__ = [
     "IDENTITY",
     "START_TIMEOUT_S",
     "WorkerPool",
+    "ZygoteClient",
     "interpreter_paths",
     "package_identity",
     "worker_env",
@@ -51,8 +58,18 @@ _SNAPSHOT_MODULES = tuple(
 # One thread per library pool keeps the zygote single-threaded after `preload` and keeps workers
 # from multiplying their threads by the core count; pass env={...} to override.
 _THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+_READ_CHUNK = 1 << 16
+_EXITS_KEPT = 4096
+_PIPE_BUFFER_BYTES = 256 * 1024
 
 
+# Named through the module object, so a rename or move cannot leave a stale string behind.
+_BOOTSTRAP = (
+    "import json, sys\n"
+    "sys.path[:] = json.loads(sys.argv[1])\n"
+    f"from {_zygote.__name__} import {_zygote.main.__name__}\n"
+    f"{_zygote.main.__name__}(int(sys.argv[2]))\n"
+)
 # The package's identity: its version and a digest of every module's source. A zygote started by another
 # interpreter (a venv's, an image's) imports its own copy of the package, which must be this one, or it
 # would read this host's frames and configuration with other code. The source of a function, so the
@@ -169,6 +186,249 @@ def worker_env(extra: dict[str, str] | None) -> dict[str, str]:
     return env
 
 
+class ZygoteClient:
+    """Starts the zygote and talks to it. Thread-safe; one reader thread collects its messages."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        env: dict[str, str],
+        python: str,
+        on_death: Callable[[], None] | None = None,
+        paths: list[str] | None = None,
+    ) -> None:
+        self._config = config
+        self._paths = paths  # the zygote's sys.path; None: this process's (the same interpreter)
+        self._on_death = on_death
+        self._closing = False
+        self._env = env
+        self._python = python
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._exits: OrderedDict[str, int] = OrderedDict()
+        self._failures: dict[str, str] = {}
+        self._kept: set[str] = set()  # dead workers whose checkpoint copy the zygote holds
+        self._hello: dict[str, Any] | None = None
+        self._dead = False
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ctl: socket.socket | None = None
+        self._stderr: IO[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self.generation = 0
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._release_previous()
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        paths = self._paths
+        if paths is None:
+            paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+        # Kept open for the zygote's lifetime: its last words when it fails to start.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                [self._python, "-I", "-c", _BOOTSTRAP, json.dumps(paths), str(child.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self._stderr,
+                pass_fds=(child.fileno(),),
+                env=self._env,
+                close_fds=True,
+                # Its own session: a Ctrl-C in the host's terminal must not reach the workers.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            host.close()
+            raise BoundaryError(f"could not start the zygote ({self._python}): {exc}") from exc
+        finally:
+            child.close()
+        self._ctl = host
+        with self._cond:
+            self._hello = None
+            self._dead = False
+            self.generation += 1
+        P.send_frame(host, P.CONFIG, json.dumps(self._config).encode())
+        self._reader = threading.Thread(
+            target=self._read_loop, args=(host,), name="genpark-repl-zygote-reader", daemon=True
+        )
+        self._reader.start()
+
+    def hello(self, timeout: float) -> dict[str, Any]:
+        """The zygote's report of what it detected (waits for its start)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._hello is not None or self._dead, timeout):
+                raise BoundaryError(f"the zygote did not start within {timeout:g} s")
+            hello = self._hello
+        if hello is None or "error" in hello:
+            detail = hello.get("error") if hello else self._stderr_text()
+            raise BoundaryError(f"the subprocess boundary could not start: {detail}")
+        return hello
+
+    @property
+    def alive(self) -> bool:
+        with self._cond:
+            return not self._dead and self._proc is not None
+
+    def _release_previous(self) -> None:
+        """After the zygote died: reap it and close what pointed at it."""
+        proc, ctl, stderr, reader = self._proc, self._ctl, self._stderr, self._reader
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if ctl is not None:
+            ctl.close()
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(5)
+        if stderr is not None:
+            stderr.close()
+        self._proc = self._ctl = self._stderr = self._reader = None
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._closing = True
+        proc, ctl = self._proc, self._ctl
+        if proc is None or ctl is None:
+            return
+        with self._send_lock, contextlib.suppress(OSError):
+            P.send_frame(ctl, P.QUIT)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Its workers die with it (parent-death signal); its own children were already killed.
+            proc.kill()
+            proc.wait(timeout)
+        ctl.close()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout)
+        if self._stderr is not None:
+            self._stderr.close()
+        with self._cond:
+            self._dead = True
+            self._cond.notify_all()
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def spawn(self, token: str, request: dict[str, Any], fds: list[int]) -> None:
+        self._send_with_fds(P.SPAWN, {"token": token, **request}, fds)
+
+    def _send_with_fds(self, kind: int, message: dict[str, Any], fds: list[int]) -> None:
+        ctl = self._ctl
+        if ctl is None or not self.alive:
+            raise BoundaryError("the zygote is not running")
+        with self._send_lock:
+            try:
+                P.send_frame(ctl, kind, json.dumps(message).encode(), fds)
+            except OSError as exc:
+                raise BoundaryError(f"the zygote is not reachable: {exc}") from exc
+
+    def kill(self, token: str) -> None:
+        self._tell(P.KILL, token)
+
+    def resume(self, token: str, old: str, request: dict[str, Any], fds: list[int]) -> None:
+        """Make the checkpoint copy of dead worker `old` the worker `token` (its READY, or a spawn
+        failure, follows as for `spawn`)."""
+        self._send_with_fds(P.RESUME, {"token": token, "from": old, **request}, fds)
+
+    def discard(self, token: str) -> None:
+        """Drop the checkpoint copy the zygote holds for dead worker `token`, if any."""
+        with self._cond:
+            self._kept.discard(token)
+        self._tell(P.DISCARD, token)
+
+    def kept_checkpoint(self, token: str) -> bool:
+        """Whether the zygote kept a checkpoint copy when worker `token` ended (asked once)."""
+        with self._cond:
+            if token in self._kept:
+                self._kept.discard(token)
+                return True
+            return False
+
+    def interrupt(self, token: str) -> None:
+        """Ask the worker to stop its running cell (SIGUSR1; the worker turns it into a cancel)."""
+        self._tell(P.INTERRUPT, token)
+
+    def _tell(self, kind: int, token: str) -> None:
+        ctl = self._ctl
+        if ctl is None:
+            return
+        with self._send_lock, contextlib.suppress(OSError):
+            P.send_frame(ctl, kind, json.dumps({"token": token}).encode())
+
+    def wait_exit(self, token: str, timeout: float) -> int | None:
+        """Exit code (negative: signal number) of the worker, once the zygote reaped it."""
+        with self._cond:
+            # A worker that never started (a failed spawn or resume) never exits either.
+            self._cond.wait_for(
+                lambda: token in self._exits or token in self._failures or self._dead, timeout
+            )
+            return self._exits.pop(token, None)
+
+    def forget(self, token: str) -> None:
+        with self._cond:
+            self._exits.pop(token, None)
+            self._failures.pop(token, None)
+
+    def spawn_failure(self, token: str) -> str | None:
+        with self._cond:
+            return self._failures.pop(token, None)
+
+    # ---- reader ---------------------------------------------------------------------------------
+
+    def _read_loop(self, ctl: socket.socket) -> None:
+        frames = P.FrameBuffer()
+        while True:
+            try:
+                data = ctl.recv(_READ_CHUNK)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            frames.feed(data)
+            try:
+                while (frame := frames.next()) is not None:
+                    self._handle(*frame)
+            except (P.ProtocolError, ValueError):
+                break
+        with self._cond:
+            current = self._ctl is ctl
+            if current:
+                self._dead = True
+            self._cond.notify_all()
+        if current and not self._closing and self._on_death is not None:
+            self._on_death()
+
+    def _handle(self, kind: int, payload: bytes) -> None:
+        message = json.loads(payload) if payload else {}
+        with self._cond:
+            if kind == P.HELLO:
+                self._hello = message
+            elif kind == P.EXITED:
+                self._exits[message["token"]] = int(message["code"])
+                if message.get("checkpoint"):
+                    self._kept.add(message["token"])
+                while len(self._exits) > _EXITS_KEPT:
+                    self._exits.popitem(last=False)
+            elif kind == P.SPAWN_FAILED:
+                self._failures[message["token"]] = str(message["error"])
+            self._cond.notify_all()
+
+    def _stderr_text(self) -> str:
+        if self._stderr is None:
+            return "no output"
+        try:
+            self._stderr.seek(0)
+            text = self._stderr.read()[-4000:].decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return "no output"
+        return text or "the zygote exited without output"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+
 class WorkerPool:
     """The zygote and the workers it forked for one boundary.
 
@@ -188,7 +448,7 @@ class WorkerPool:
         self.limits = limits
         self.max_workers = max_workers
         self._lock = threading.Lock()
-        self._handles: dict[str, WorkerHandle] = {}  # every live handle
+        self._handles: dict[str, WorkerClient] = {}  # every live handle
         self._starting = 0
         self._tokens = itertools.count(1)
         self._zygote_lock = threading.Lock()
@@ -235,20 +495,20 @@ class WorkerPool:
         with self._lock:
             return sum(1 for h in self._handles.values() if not h.dead)
 
-    def start(self, session: str, workspace: Path, *, restarted: bool) -> WorkerHandle:
+    def start(self, session: str, workspace: Path, *, restarted: bool) -> WorkerClient:
         """Fork a worker for `session`; it is ready once `await_ready` returns."""
         self.hello()
         workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
         request = {"session": session, "workspace": self.worker_path(workspace), "restarted": restarted}
         return self._launch(lambda token, fds: self.zygote.spawn(token, request, fds))
 
-    def resume(self, dead: WorkerHandle, execution_count: int) -> WorkerHandle:
+    def resume(self, dead: WorkerClient, execution_count: int) -> WorkerClient:
         """The checkpoint copy the zygote kept for `dead` (see `retire`) as a new worker, with the
         session's state from before the cell that ended `dead`; ready once `await_ready` returns."""
         request = {"execution_count": execution_count}
         return self._launch(lambda token, fds: self.zygote.resume(token, dead.token, request, fds))
 
-    def _launch(self, ask: Callable[[str, list[int]], None]) -> WorkerHandle:
+    def _launch(self, ask: Callable[[str, list[int]], None]) -> WorkerClient:
         """A new worker's socket and pipes, handed to the zygote by `ask(token, fds)`."""
         with self._lock:
             cap = self.max_workers
@@ -269,7 +529,7 @@ class WorkerPool:
                 os.set_blocking(fd, False)
                 if hasattr(fcntl, "F_SETPIPE_SZ"):  # room to batch output reads (Linux)
                     with contextlib.suppress(OSError):
-                        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BUFFER_BYTES)
+                        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BUFFER_BYTES)
             try:
                 ask(token, [worker_end.fileno(), out_w, err_w, int_r])
             except BaseException:
@@ -281,7 +541,8 @@ class WorkerPool:
                 worker_end.close()
                 for fd in (out_w, err_w, int_r):
                     os.close(fd)
-            worker = WorkerHandle(token, host_end, out_r, err_r, int_w)
+            checkpoints = bool(self._hello and self._hello.get("checkpoints"))
+            worker = WorkerClient(token, host_end, out_r, err_r, int_w, self, checkpoints=checkpoints)
             with self._lock:
                 self._handles[token] = worker
         finally:
@@ -290,7 +551,7 @@ class WorkerPool:
         return worker
 
     def await_ready(
-        self, session: str, worker: WorkerHandle, out: OutputSink | None = None, err: OutputSink | None = None
+        self, session: str, worker: WorkerClient, out: OutputSink | None = None, err: OutputSink | None = None
     ) -> None:
         """Wait for the worker's READY; retire it and raise BoundaryError if it does not come.
 
@@ -313,7 +574,7 @@ class WorkerPool:
 
     def retire(
         self,
-        worker: WorkerHandle,
+        worker: WorkerClient,
         drain: tuple[OutputSink | None, OutputSink | None],
         *,
         keep_checkpoint: bool = False,
@@ -336,11 +597,11 @@ class WorkerPool:
             self._handles.pop(worker.token, None)
         return code
 
-    def kill(self, worker: WorkerHandle) -> None:
+    def kill(self, worker: WorkerClient) -> None:
         """Kill the worker's group now, without waiting (a call waiting on it returns at once)."""
         self.zygote.kill(worker.token)
 
-    def interrupt(self, worker: WorkerHandle) -> None:
+    def interrupt(self, worker: WorkerClient) -> None:
         """Stop the request the worker is serving (or will serve): its id into the worker's
         interrupt pipe, then the zygote rings the bell (SIGUSR1). Ids make it exact: an interrupt
         that arrives after its request finished is ignored, never applied to the next one."""
