@@ -120,7 +120,7 @@ def test_the_reader_sees_the_imports_it_must() -> None:
     assert f"{PACKAGE}._session" in imports_of(f"{PACKAGE}._runner")
     assert f"{PACKAGE}._models" not in imports_of(f"{PACKAGE}._observation")  # annotations only
     assert f"{PACKAGE}.boundaries._subprocess._zygote" in imports_of(
-        f"{PACKAGE}.boundaries._subprocess._host"
+        f"{PACKAGE}.boundaries._subprocess._spawn"
     )
 
 
