@@ -23,6 +23,7 @@ import codeop
 import contextlib
 import dataclasses
 import importlib
+import importlib.util
 import itertools
 import json
 import os
@@ -184,6 +185,18 @@ def _engine_opts() -> argparse.ArgumentParser:
         metavar="PROTECTION",
         help="refuse to start unless this OS protection is active: seccomp, landlock, network_namespace "
         "or a key of describe()'s 'enforced' (repeatable; subprocess boundary)",
+    )
+    engine_opts.add_argument(
+        "--preload",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="MODULE",
+        help="a module the sandbox imports once, before any session, so each session starts with it "
+        "(repeatable; mcp preloads the installed data stack its policy allows: numpy, pandas, "
+        "matplotlib.pyplot)",
+    )
+    engine_opts.add_argument(
+        "--no-preload", action="store_true", default=argparse.SUPPRESS, help="mcp: preload nothing"
     )
     # The container boundary's settings (docs/container.md); each needs --boundary docker.
     for flag, kind, metavar, text in _DOCKER_FLAGS:
@@ -471,6 +484,10 @@ def _make_engine(
         if options["boundary"] not in ("subprocess", "auto"):
             raise UsageError("--require needs --boundary subprocess: only it has OS protections")
         options["require"] = tuple(args.require)
+    if getattr(args, "preload", None):
+        if options["boundary"] not in ("subprocess", "auto", "docker"):
+            raise UsageError("--preload needs a sandboxed boundary (in-process, nothing starts ahead)")
+        options["preload"] = tuple(args.preload)
     given = {
         flag: getattr(args, flag[2:].replace("-", "_"))
         for flag, *_ in _DOCKER_FLAGS
@@ -668,10 +685,39 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     limits = {name: getattr(args, name) for name in ("max_sessions", "max_code_chars") if hasattr(args, name)}
     if args.hibernate_after is not None and args.store is None:
         raise UsageError("--hibernate-after needs --store")
+    _server_preload(args)
     with contextlib.ExitStack() as stack:
         store = None if args.store is None else stack.enter_context(_open_store(args.store))
         engine = stack.enter_context(_make_engine(args, None, store, **limits))
         return _serve_mcp(args, engine, tokens, http)
+
+
+# What a server preloads by default. A server starts many sessions from one zygote, so importing these
+# once there (about 0.75 s at start) takes them off each new conversation's first call: a first pandas
+# call answers in tens of milliseconds instead of 300-500, a first figure in about 130 ms instead of
+# 900 (and matplotlib's font cache is built once, not in each session's workspace). `run` and the REPL
+# start one session, which would pay the same import either way: they preload nothing.
+_DATA_STACK = ("numpy", "pandas", "matplotlib.pyplot")
+
+
+def _server_preload(args: argparse.Namespace) -> None:
+    """A server's default --preload: the data stack, unless --preload or --no-preload says otherwise."""
+    if not hasattr(args, "preload") and not getattr(args, "no_preload", False):
+        args.preload = _data_stack(getattr(args, "policy", None))
+
+
+def _data_stack(policy: str | None) -> list[str]:
+    """The modules of _DATA_STACK installed here that `policy` lets sessions import."""
+    try:
+        allows = Policy.preset(policy or DEFAULT_POLICY).allows_module
+    except ValueError:  # an unknown name: the engine says so when it is built
+        return []
+    found = []
+    for module in _DATA_STACK:
+        top = module.partition(".")[0]
+        if allows(module) and importlib.util.find_spec(top) is not None:
+            found.append(module)
+    return found
 
 
 def _serve_mcp(
@@ -741,6 +787,7 @@ def _sandboxed_engine(
         flush=True,
     )
     chosen.boundary = "inprocess"
+    vars(chosen).pop("preload", None)  # a head start for sandboxed sessions only
     return _make_engine(chosen, policy, store, **limits)
 
 
