@@ -709,13 +709,14 @@ def _server_preload(args: argparse.Namespace) -> None:
 def _data_stack(policy: str | None) -> list[str]:
     """The modules of _DATA_STACK installed here that `policy` lets sessions import."""
     try:
-        allows = Policy.preset(policy or DEFAULT_POLICY).allows_module
+        chosen = Policy.preset(policy or DEFAULT_POLICY)
     except ValueError:  # an unknown name: the engine says so when it is built
         return []
     found = []
     for module in _DATA_STACK:
         top = module.partition(".")[0]
-        if allows(module) and importlib.util.find_spec(top) is not None:
+        allowed = not chosen.restricted or chosen.allows_module(module)
+        if allowed and importlib.util.find_spec(top) is not None:
             found.append(module)
     return found
 

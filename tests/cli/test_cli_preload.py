@@ -1,4 +1,4 @@
-"""`--preload`, and what `genpark-repl mcp` preloads by default: the installed data stack the policy allows."""
+"""`--preload`, and what `genpark-repl mcp` preloads by default: the data stack its policy allows."""
 
 from __future__ import annotations
 
@@ -22,9 +22,12 @@ def test_the_server_preloads_what_its_policy_allows_and_what_is_installed() -> N
         chosen = cli._data_stack(policy)
         assert set(chosen) <= {"numpy", "pandas", "matplotlib.pyplot"}
         for module in ("numpy", "pandas", "matplotlib.pyplot"):
-            expected = installed(module) and Policy.preset(policy).allows_module(module)
+            rules = Policy.preset(policy)
+            expected = installed(module) and (not rules.restricted or rules.allows_module(module))
             assert (module in chosen) is expected, (policy, module)
     assert "pandas" not in cli._data_stack("strict")
+    if installed("pandas"):
+        assert "pandas" in cli._data_stack("trusted") and "pandas" in cli._data_stack("standard")
 
 
 def loaded_in_a_new_session(args: list[str], module: str, *, server: bool) -> str | None:
