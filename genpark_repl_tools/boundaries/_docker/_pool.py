@@ -96,7 +96,6 @@ class _DockerZygoteClient(ZygoteClient):
         with self._cond:
             self._hello = None
             self._dead = False
-            self.generation += 1
         _protocol.send_frame(host, _protocol.CONFIG, _json(self._config))
         self._reader = threading.Thread(
             target=self._read_loop, args=(host,), name="genpark-repl-docker-zygote", daemon=True

@@ -214,7 +214,6 @@ class ZygoteClient:
         self._ctl: socket.socket | None = None
         self._stderr: IO[bytes] | None = None
         self._reader: threading.Thread | None = None
-        self.generation = 0
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -247,7 +246,6 @@ class ZygoteClient:
         with self._cond:
             self._hello = None
             self._dead = False
-            self.generation += 1
         P.send_frame(host, P.CONFIG, json.dumps(self._config).encode())
         self._reader = threading.Thread(
             target=self._read_loop, args=(host,), name="genpark-repl-zygote-reader", daemon=True
@@ -365,11 +363,6 @@ class ZygoteClient:
             )
             return self._exits.pop(token, None)
 
-    def forget(self, token: str) -> None:
-        with self._cond:
-            self._exits.pop(token, None)
-            self._failures.pop(token, None)
-
     def spawn_failure(self, token: str) -> str | None:
         with self._cond:
             return self._failures.pop(token, None)
@@ -423,10 +416,6 @@ class ZygoteClient:
         except (OSError, ValueError):
             return "no output"
         return text or "the zygote exited without output"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
 
 
 class WorkerPool:
