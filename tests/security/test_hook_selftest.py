@@ -52,11 +52,11 @@ REFUSED = textwrap.dedent(
         print("install:", exc)
     for policy in ("standard", "strict"):
         try:
-            with ReplEngine(policy=policy) as engine:
+            with ReplEngine(boundary="inprocess", policy=policy) as engine:
                 print(policy, "ran:", engine.run("1 + 1").value)
         except UnsupportedInterpreter as exc:
             print(policy, "refused:", exc)
-    with ReplEngine(policy="trusted") as engine:
+    with ReplEngine(boundary="inprocess", policy="trusted") as engine:
         print("trusted ran:", engine.run("1 + 1").value)
     """
 )

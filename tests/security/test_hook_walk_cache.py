@@ -204,7 +204,7 @@ _COUNT_READS = r"""
 import sys
 from genpark_repl_tools import ReplEngine
 
-with ReplEngine(policy=sys.argv[1]) as engine:
+with ReplEngine(boundary="inprocess", policy=sys.argv[1]) as engine:
     assert engine.run("x = 1").status == "ok"  # the hook judges the host's events from now on
     reads = []
 

@@ -163,7 +163,7 @@ def test_matplotlib_builds_its_font_cache_under_the_policy(boundary: str, tmp_pa
         import sys
         from genpark_repl_tools import Limits, ReplEngine
         assert "matplotlib" not in sys.modules
-        with ReplEngine(policy="standard", limits=Limits(timeout_s=120)) as engine:
+        with ReplEngine(boundary="inprocess", policy="standard", limits=Limits(timeout_s=120)) as engine:
             result = engine.run({FIGURE!r})
         print(result.status, result.value, result.error and result.error.message)
         """
