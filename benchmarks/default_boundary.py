@@ -33,7 +33,7 @@ from _proc import descendants, rss_kb, uss_kb
 from genpark_repl_tools import ReplEngine
 
 README_EXAMPLE = """
-from genpark_repl_tools import ReplEngine
+from genpark_repl_tools import Limits, ReplEngine
 with ReplEngine(limits=Limits(timeout_s=5){extra}) as engine:
     engine.run("import statistics\\nprices = [12.5, 14.0, 13.25]", session="user-42")
     result = engine.run("statistics.mean(prices)", session="user-42")
