@@ -17,7 +17,8 @@ def step(engine: ReplEngine, title: str, code: str, session: str = "alice") -> N
 
 
 def main() -> None:
-    with ReplEngine(limits=Limits(timeout_s=2)) as engine:  # policy "standard", in-process
+    # Policy "standard"; on Linux each session runs in its own sandboxed worker process.
+    with ReplEngine(limits=Limits(timeout_s=2)) as engine:
         # A session keeps its namespace between calls; the trailing expression's value comes back.
         step(engine, "a session keeps its variables", "import statistics\nprices = [12.5, 14.0, 13.25, 15.5]")
         step(engine, "output and value", "print('mean:', statistics.mean(prices))\nmax(prices)")
