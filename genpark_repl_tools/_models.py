@@ -185,6 +185,12 @@ class SnapshotManifest(_Model):
         default_factory=dict, description="Module variables, re-imported by name under the policy."
     )
     size_bytes: int = 0
+    files: list[FileInfo] = Field(
+        default_factory=list, description="Workspace files stored with the session (store saves only)."
+    )
+    files_not_saved: str | None = Field(
+        None, description="Why the workspace files were left out, if they were."
+    )
 
 
 class SessionRestore(_Model):
@@ -200,6 +206,9 @@ class SessionRestore(_Model):
         default_factory=dict, description="Variables that were saved but could not be rebuilt here, and why."
     )
     warnings: list[str] = Field(default_factory=list, description="Python or library version mismatches.")
+    files: list[str] = Field(
+        default_factory=list, description="Workspace files the session has back from the snapshot."
+    )
 
 
 class FileInfo(_Model):

@@ -9,6 +9,11 @@ When the session's cells run with checkpoints (which roll a failed cell back wit
 the save waits: the store is written at most every `save_every_s` seconds while the session is
 used, and on hibernation and close. A cell without a checkpoint is saved after it, as before: a
 crash then rolls back to the store.
+
+A store save holds the session's workspace files too (`_workspace`), in the same signed blob, so a
+session another process or host restores has them; a restore writes back the ones its workspace
+lacks. The engine's own temporary store (LocalStore) keeps none: its sessions' workspaces stay on
+this host as long as the store does.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from .._boundary import BaseBoundary, ExecutionRequest
 from .._models import ExecutionResult, SessionRestore
 from ..stores._base import EntryTooLarge, SessionBusy
 from ._format import SessionSnapshot, SnapshotError, SnapshotTooLarge, snapshot_limit
+from ._workspace import pack_files, restore_files
 
 if TYPE_CHECKING:
     from ..stores import SessionStore
@@ -80,6 +86,7 @@ class Durability:
         self.boundary = boundary
         self.key = key
         self.store = store
+        self._keep_files = store is not None and not _engine_local(store)
         self._versions: dict[str, int] = {}  # store version this process last loaded or saved
         self._unsaved: set[str] = set()  # sessions whose last change could not be saved
         self._last_used: dict[str, float] = {}  # sessions this process ran, with their last run's end
@@ -114,13 +121,49 @@ class Durability:
             return self._restore(name, snapshot)
         with self.store.hold(name):
             restored = self._restore(name, snapshot)
-            self._versions[name] = self.store.put(name, self.snapshot(name).to_bytes()).version
+            self._versions[name] = self.store.put(name, self._stored(name)[0].to_bytes()).version
         return restored
 
-    def _restore(self, name: str, snapshot: SessionSnapshot | bytes) -> SessionRestore:
+    def _restore(self, name: str, snapshot: SessionSnapshot | bytes, *, files: bool = True) -> SessionRestore:
+        """Restore the session, and with `files` the workspace files the snapshot holds."""
         if not isinstance(snapshot, SessionSnapshot):
             snapshot = SessionSnapshot.from_bytes(snapshot, snapshot_limit(self.boundary.limits))
-        return self.boundary.restore_session(name, snapshot, self.key)
+        restored = self.boundary.restore_session(name, snapshot, self.key)
+        back: list[str] = []  # never what a worker's reply says: only what was written here
+        warnings = restored.warnings
+        if files and snapshot.files is not None:
+            if not snapshot.verified_with(self.key):  # the boundaries check it first; one that did not
+                snapshot.verify(self.key)
+            workspace = self.boundary.session_workspace(name, create=True)
+            if workspace is None:
+                warnings = [
+                    *warnings,
+                    f"the {self.boundary.name} boundary has no workspace to put files back",
+                ]
+            else:
+                back, more = restore_files(workspace, snapshot.files, self.boundary.limits)
+                warnings = [*warnings, *more]
+        return restored.model_copy(update={"files": back, "warnings": warnings})
+
+    def _stored(self, name: str) -> tuple[SessionSnapshot, str | None]:
+        """The session's snapshot as the store keeps it (with its workspace files), and the note
+        saying why the files were left out, if they were."""
+        if not self._keep_files:
+            return self.snapshot(name), None
+        # Unsigned (an empty key signs nothing), so the blob is HMACed once, with its files.
+        bare = self.boundary.snapshot_session(name, b"")
+        limits = self.boundary.limits
+        room = [limits.max_workspace_bytes]
+        for limit in (snapshot_limit(limits), getattr(self.store, "max_entry_bytes", None)):
+            if limit is not None:
+                room.append(limit - bare.size_bytes - 8)  # the section's length field
+        files, reason = pack_files(self.boundary.session_workspace(name), min(room))
+        note = None
+        if reason is not None:
+            note = (
+                f"The session's workspace files were not saved to the store ({reason}); its variables were."
+            )
+        return bare.with_files(files, self.key), note
 
     # ---- with a store -----------------------------------------------------------------------------
 
@@ -142,7 +185,9 @@ class Durability:
                         if self._may_wait(name):
                             self._pending.add(name)
                         else:
-                            self._save(name)
+                            note = self._save(name)
+                            if note is not None:
+                                notes.append(note)
                     except SnapshotError as exc:
                         self._unsaved.add(name)  # never hibernated: that would lose this run
                         notes.append(f"This run's changes were not saved to the session store: {exc}.")
@@ -163,17 +208,20 @@ class Durability:
         now = time.monotonic()
         return now - self._saved_at.setdefault(name, now) < self.save_every_s
 
-    def _save(self, name: str) -> None:
-        """Write the session's state to the store (caller holds its lease)."""
+    def _save(self, name: str) -> str | None:
+        """Write the session's state to the store (caller holds its lease); the note saying what of
+        it was left out, if anything was."""
         assert self.store is not None
+        snapshot, note = self._stored(name)
         try:
-            entry = self.store.put(name, self.snapshot(name).to_bytes())
+            entry = self.store.put(name, snapshot.to_bytes())
         except EntryTooLarge as exc:  # like a snapshot over the engine's limit: the run says so
             raise SnapshotTooLarge(str(exc)) from None
         self._versions[name] = entry.version
         self._unsaved.discard(name)
         self._pending.discard(name)
         self._saved_at[name] = time.monotonic()
+        return note
 
     def _roll_back(self, name: str, result: ExecutionResult) -> ExecutionResult:
         """The cell's worker was lost, with no checkpoint: bring the session back to its last stored
@@ -185,7 +233,9 @@ class Durability:
         if stored is None:
             return result  # nothing was stored yet: the session restarts empty, as without a store
         try:
-            self._restore(name, stored.data)
+            # The workspace is as the cell left it, which the observation says ("Files it wrote in
+            # the workspace stay"): its older copies in the store are not put back over it.
+            self._restore(name, stored.data, files=False)
         except Exception as exc:  # the result stays what it was: the variables are lost
             note = f"Rolling the session back to its stored snapshot failed ({type(exc).__name__}: {exc})."
             return result.model_copy(update={"notes": [*result.notes, note]})
@@ -360,6 +410,12 @@ def _weak_room_maker(ref: weakref.ref[Durability]) -> Callable[[list[str]], bool
     return make_room
 
 
+def _engine_local(store: SessionStore) -> bool:
+    from ..stores._local import LocalStore
+
+    return isinstance(store, LocalStore)
+
+
 def _ran(result: ExecutionResult) -> bool:
     """Whether the run executed code (it may have changed the session, even in place)."""
     error = result.error
@@ -377,6 +433,10 @@ def restore_note(restored: SessionRestore) -> str:
         f" and {len(names) - _SHOWN_NAMES} more" if len(names) > _SHOWN_NAMES else ""
     )
     parts = [f"This session was restored from its snapshot of {when}: {shown or 'no variables'} came back."]
+    if restored.files:
+        files = restored.files
+        more = f" and {len(files) - _SHOWN_NAMES} more" if len(files) > _SHOWN_NAMES else ""
+        parts.append(f"Its workspace files are back: {', '.join(files[:_SHOWN_NAMES])}{more}.")
     if restored.not_saved:
         lost = "; ".join(f"{s.name} ({s.reason})" for s in restored.not_saved[:_SHOWN_NAMES])
         parts.append(f"Not saved, define again: {lost}.")

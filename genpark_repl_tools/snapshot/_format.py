@@ -1,8 +1,10 @@
 """The snapshot container: sections, their byte layout, and their authentication.
 
-    MAGIC                      b"GPRSNAP1"
+    MAGIC                      b"GPRSNAP1", or b"GPRSNAP2" when the files section is there
     u32  header length, header JSON (manifest, imports, cell sources, bookkeeping)
     u64  payload length, payload (one pickle record per saved variable, protocol 5)
+    u64  files length, files (GPRSNAP2 only): the session's workspace files, as a store save keeps
+         them: u32 index length, index JSON, then the files' bytes back to back in its order
     u32  buffer count, then per buffer: u64 length, bytes (protocol-5 out-of-band buffers)
     32 bytes HMAC-SHA256 over everything before it
 
@@ -17,13 +19,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import mimetypes
 import struct
 from array import array
 from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from .._exceptions import ReplError
-from .._models import SnapshotManifest
+from .._models import FileInfo, SnapshotManifest
 
 __all__ = [
     "MAX_SNAPSHOT_BYTES",
@@ -34,11 +38,18 @@ __all__ = [
     "SnapshotParts",
     "SnapshotRefused",
     "SnapshotTooLarge",
+    "files_index",
+    "files_section",
+    "listed_files",
     "read_manifest",
     "snapshot_limit",
 ]
 
+FileEntry = tuple[str, int, int]  # a file in a files section: name, size, mtime_ns
 MAGIC = b"GPRSNAP1"
+# A blob with a files section. Only the host adds one (Durability, saving to a store), signing the
+# whole: a worker's blob is signed without any files section it may carry (`sign` takes none).
+MAGIC_FILES = b"GPRSNAP2"
 FORMAT = 1
 # header["origin"] of a snapshot whose payload a sandboxed subprocess worker wrote (the host signed it)
 SANDBOXED_ORIGIN = "sandboxed-worker"
@@ -91,14 +102,23 @@ class SessionSnapshot:
     `manifest` parses the header without checking it: use it for display only.
     """
 
-    __slots__ = ("_manifest", "buffers", "header", "mac", "payload")
+    __slots__ = ("_manifest", "_verified", "buffers", "files", "header", "mac", "payload")
 
-    def __init__(self, header: bytes, payload: bytes, buffers: Sequence[Any], mac: bytes) -> None:
+    def __init__(
+        self,
+        header: bytes,
+        payload: bytes,
+        buffers: Sequence[Any],
+        mac: bytes,
+        files: bytes | memoryview | None = None,
+    ) -> None:
         self.header = header
         self.payload = payload
         self.buffers = buffers
         self.mac = mac
+        self.files = files  # the workspace files section (None: the snapshot has none)
         self._manifest: SnapshotManifest | None = None
+        self._verified: bytes | None = None  # the key this object was last checked with
 
     @classmethod
     def sign(
@@ -111,6 +131,13 @@ class SessionSnapshot:
         # An empty key makes an unsigned snapshot (a sandboxed worker's: the host signs what it
         # returns). Its zero MAC never verifies: keys have at least 16 bytes (resolve_key).
         snapshot.mac = snapshot._digest(key) if key else bytes(_MAC_SIZE)
+        return snapshot
+
+    def with_files(self, files: bytes | None, key: bytes) -> SessionSnapshot:
+        """This snapshot's sections plus a workspace files section (`files_section`; None:
+        none), signed with `key`."""
+        snapshot = SessionSnapshot(self.header, self.payload, self.buffers, b"", files)
+        snapshot.mac = snapshot._digest(key)
         return snapshot
 
     # ---- authentication -------------------------------------------------------------------------
@@ -128,6 +155,11 @@ class SessionSnapshot:
                 "the snapshot failed authentication (it was altered, or made with another snapshot_key); "
                 "it was not loaded"
             )
+        self._verified = key
+
+    def verified_with(self, key: bytes) -> bool:
+        """Whether this object passed `verify(key)` already (its sections are never replaced)."""
+        return self._verified is not None and hmac.compare_digest(self._verified, key)
 
     def header_data(self, key: bytes) -> dict[str, Any]:
         """The header, after checking the HMAC."""
@@ -143,7 +175,13 @@ class SessionSnapshot:
     def manifest(self) -> SnapshotManifest:
         """What the snapshot holds (unauthenticated: for display)."""
         if self._manifest is None:
-            self._manifest = SnapshotManifest.model_validate(json.loads(self.header)["manifest"])
+            data = json.loads(self.header)["manifest"]
+            # The files come from the files section, which only the host writes, never from the
+            # header, which a sandboxed worker wrote.
+            data["files"], data["files_not_saved"] = [], None
+            if self.files is not None:
+                data["files"], data["files_not_saved"] = listed_files(self.files)
+            self._manifest = SnapshotManifest.model_validate(data)
         return self._manifest
 
     @property
@@ -160,11 +198,15 @@ class SessionSnapshot:
     # ---- bytes ----------------------------------------------------------------------------------
 
     def _sections(self) -> Iterator[bytes | memoryview]:
-        yield MAGIC
+        files = self.files
+        yield MAGIC if files is None else MAGIC_FILES
         yield _U32.pack(len(self.header))
         yield self.header
         yield _U64.pack(len(self.payload))
         yield self.payload
+        if files is not None:
+            yield _U64.pack(len(files))
+            yield files
         buffers = self.buffers
         if isinstance(buffers, BufferTable):
             yield buffers.raw
@@ -194,7 +236,8 @@ class SessionSnapshot:
         data = memoryview(bytearray(blob))
         end = len(data) - _MAC_SIZE
         try:
-            if end < len(MAGIC) or bytes(data[: len(MAGIC)]) != MAGIC:
+            magic = bytes(data[: len(MAGIC)])
+            if end < len(MAGIC) or magic not in (MAGIC, MAGIC_FILES):
                 raise SnapshotAuthError("not a session snapshot (bad magic bytes); it was not loaded")
             at = len(MAGIC)
             (size,) = _U32.unpack_from(data, at)
@@ -207,10 +250,67 @@ class SessionSnapshot:
                 raise struct.error
             payload = bytes(data[at : at + size])
             at += size
+            files = None
+            if magic == MAGIC_FILES:
+                (size,) = _U64.unpack_from(data, at)
+                at += _U64.size
+                if at + size > end:
+                    raise struct.error
+                files = data[at : at + size]
+                at += size
             buffers = BufferTable(data[at:end])
         except struct.error:
             raise SnapshotAuthError("the snapshot is truncated; it was not loaded") from None
-        return cls(header, payload, buffers, bytes(data[end:]))
+        return cls(header, payload, buffers, bytes(data[end:]), files)
+
+
+def files_section(entries: list[FileEntry], reason: str | None, contents: list[bytes] | None = None) -> bytes:
+    """A files section: u32 index length, index JSON `{"files": [[name, size, mtime_ns], ...],
+    "not_saved": reason or null}`, then the files' bytes back to back in the index's order."""
+    index = json.dumps({"files": entries, "not_saved": reason}, separators=(",", ":")).encode()
+    return b"".join([_U32.pack(len(index)), index, *(contents or ())])
+
+
+def files_index(section: bytes | memoryview) -> tuple[list[FileEntry], str | None, int]:
+    """A files section's entries, why its files were left out (if they were), and where the files'
+    bytes start. Authenticate the blob first, unless for display."""
+    try:
+        (size,) = _U32.unpack_from(section, 0)
+        start = _U32.size + size
+        if start > len(section):
+            raise ValueError("index truncated")
+        data = json.loads(bytes(section[_U32.size : start]))
+        entries: list[FileEntry] = []
+        for name, length, mtime in data["files"]:
+            if not (isinstance(name, str) and type(length) is int and length >= 0 and type(mtime) is int):
+                raise TypeError("entry")
+            entries.append((name, length, mtime))
+        reason = data["not_saved"]
+        if not (reason is None or isinstance(reason, str)):
+            raise TypeError("reason")
+        if sum(length for _, length, _ in entries) != len(section) - start:
+            raise ValueError("sizes")
+    except (struct.error, ValueError, TypeError, KeyError):  # json's errors are ValueErrors
+        raise SnapshotError("the snapshot's workspace files section is malformed") from None
+    return entries, reason, start
+
+
+def listed_files(section: bytes | memoryview) -> tuple[list[FileInfo], str | None]:
+    """The files a section holds, for the manifest, and why they were left out, if they were."""
+    entries, reason, _ = files_index(section)
+    try:
+        listed = [
+            FileInfo(
+                name=name,
+                size=size,
+                modified=datetime.fromtimestamp(mtime / 1e9, tz=timezone.utc),
+                type=mimetypes.guess_type(name)[0] or "application/octet-stream",
+            )
+            for name, size, mtime in entries
+        ]
+    except (OverflowError, OSError, ValueError):  # a time no datetime holds
+        raise SnapshotError("the snapshot's workspace files section is malformed") from None
+    return listed, reason
 
 
 class BufferTable(Sequence[memoryview]):
