@@ -524,6 +524,8 @@ class SubprocessBoundary(BaseBoundary):
         else:
             how = "ended"
         result.status, result.error = _claims.lost_call(how, code, elapsed, timeout, self.limits, lost.why)
+        if how == "ended" and worker.ended_by:
+            result.error.message = f"{result.error.message}: {worker.ended_by}"
         state.checkpointed = False  # until the copy serves the session
         if worker.checkpoint:
             self._roll_back(state, worker, result, how)

@@ -57,6 +57,7 @@ def test_a_container_killed_from_outside_gives_crashed_then_a_fresh_session(make
     killer.wait(QUICK_S)
     assert result.status == "crashed"
     assert time.monotonic() - started < QUICK_S
+    assert result.error is not None and "its container stopped" in result.error.message, result.error
     after = engine.run("'x' in dir()", session="k")
     assert (after.status, after.value, after.session_restarted) == ("ok", "False", True)
     assert container not in containers(f"{ENGINE_LABEL}={engine_id(engine)}")

@@ -203,6 +203,8 @@ class _Launch:
 class _ContainerWorkerPool(WorkerPool):
     """The subprocess boundary's worker pool for one session, its zygote in that session's container."""
 
+    zygote_gone = "its container stopped (killed from outside, or the Docker daemon stopped)"
+
     def __init__(self, config: dict[str, Any], env: dict[str, str], limits: Limits, launch: _Launch) -> None:
         self.launch = launch
         super().__init__(config, env, None, limits, None)

@@ -154,6 +154,7 @@ class WorkerClient:
         self.pid: int | None = None
         self.dead = False
         self.checkpoint = False  # once retired: the zygote holds its checkpoint copy (see resume)
+        self.ended_by: str | None = None  # once retired: what ended it beside its code, if known
         self.no_checkpoint: str | None = None  # why the running cell has no checkpoint, if it said
         self.frames = P.FrameBuffer()
         # Every request carries a fresh id and the worker echoes it: `wait` drops the late reply of a

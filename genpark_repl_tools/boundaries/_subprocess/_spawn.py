@@ -426,6 +426,9 @@ class WorkerPool:
     and its finalizer can `shutdown()` the pool.
     """
 
+    # What ended a worker whose zygote is gone (its exit code is lost with the zygote).
+    zygote_gone = "its zygote process ended (killed from outside)"
+
     def __init__(
         self,
         config: dict[str, Any],
@@ -570,11 +573,13 @@ class WorkerPool:
     ) -> int | None:
         """Kill the worker's group (harmless if it is gone), wait until it is reaped, close our ends.
 
-        Returns its exit code (negative: the signal), None if unknown. With `keep_checkpoint`, a
-        checkpoint copy the zygote kept is left for `resume` (`worker.checkpoint` says so);
-        otherwise it goes."""
+        Returns its exit code (negative: the signal), None if unknown (`worker.ended_by` then says
+        why, when the zygote went with it). With `keep_checkpoint`, a checkpoint copy the zygote
+        kept is left for `resume` (`worker.checkpoint` says so); otherwise it goes."""
         self.zygote.kill(worker.token)
         code = self.zygote.wait_exit(worker.token, _EXIT_WAIT_S)
+        if code is None and not self.zygote.alive:
+            worker.ended_by = self.zygote_gone
         if self.zygote.kept_checkpoint(worker.token):
             if keep_checkpoint:
                 worker.checkpoint = True
