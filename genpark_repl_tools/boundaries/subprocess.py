@@ -545,9 +545,12 @@ class SubprocessBoundary(BaseBoundary):
             worker = state.worker = self._launch(
                 state, lambda: self._pool.resume(dead, state.execution_count)
             )
-            self._pool.await_ready(state.name, worker)
+            try:
+                self._pool.await_ready(state.name, worker)
+            except BaseException:
+                self._forget_unstarted(state, worker)
+                raise
         except BoundaryError as exc:
-            self._forget_unstarted(state, worker)
             result.notes.append(f"Rolling back to the checkpoint taken before this cell failed: {exc}")
             return
         state.lost = None
