@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import shutil
 import struct
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -292,3 +294,31 @@ def test_a_blob_of_the_older_format_loads(boundary: str, sqlite_store: SQLiteSto
         result = target.run("values['a']", session="conv")
         assert (result.status, result.value) == ("ok", "[1, 2]")
         assert result.session_restored is not None and result.session_restored.files == []
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="workers of another user need root"
+)
+def test_files_come_back_owned_by_the_workers_user(sqlite_store: SQLiteStore) -> None:
+    # Outside pytest's own temporary directory, which only root may enter.
+    root = Path(tempfile.mkdtemp(prefix="genpark-owner-"))
+    try:
+        root.chmod(0o711)
+        with engine("subprocess", root / "a", sqlite_store) as first:
+            first.upload("conv", "in/raw.json", b"{}")
+            assert first.run(WRITE, session="conv").status == "ok"
+        with engine("subprocess", root / "b", sqlite_store, user=65534) as second:
+            # The worker may change what came back, and add files beside it.
+            code = (
+                "with open('data.csv', 'a') as f:\n    f.write('Rome,12\\n')\n"
+                "with open('in/more.json', 'w') as f:\n    f.write('{}')\n"
+                "len(open('data.csv').read().splitlines())"
+            )
+            result = second.run(code, session="conv")
+            assert (result.status, result.value) == ("ok", "4")
+            workspace = second.boundary.session_workspace("conv")
+            assert workspace is not None and workspace.owner == (65534, 65534)
+            for name in ("data.csv", "plot.png", "in", "in/raw.json"):
+                assert os.stat(workspace.path / name).st_uid == 65534, name
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
