@@ -11,6 +11,7 @@ See docs/ray.md for what each node needs, placement, node loss and sizing. Needs
 from __future__ import annotations
 
 import contextlib
+import pickle
 import threading
 import time
 import uuid
@@ -381,6 +382,8 @@ class RayBoundary(BaseBoundary):
                 reply = ray.get(reply, timeout=_CONTROL_S)
             except RayError as exc:  # its node (which owned it) died between the reply and the fetch
                 raise _Lost(f"its result was lost with its node ({type(exc).__name__})", dead=True) from exc
+        if isinstance(reply, bytes):  # the host pickles a plain call's result (see SessionHost.execute)
+            reply = pickle.loads(reply)
         if relay is not None and isinstance(reply, Streamed):
             relay.deliver(reply.first, reply.items)  # the output no poll brought, before the result
             reply = reply.result
