@@ -312,11 +312,14 @@ class RayBoundary(BaseBoundary):
                 nodes[node] = ray.get(host.describe.remote(), timeout=_CONTROL_S)
             except (RayActorError, GetTimeoutError) as exc:
                 nodes[node] = {"error": type(exc).__name__}
+        enforced, unavailable = _everywhere([d for d in nodes.values() if "enforced" in d])
         return {
             "boundary": self.name,
             "policy": self.policy.name,
             "key": self.key,
             "sessions_per_node": self.sessions_per_node,
+            "enforced": enforced,
+            "unavailable": unavailable,
             "placement": self._placement_call("table", self.key),
             "nodes": nodes,
         }
@@ -603,6 +606,26 @@ def _placement_actor() -> Any:
         )
         .remote()
     )
+
+
+def _everywhere(nodes: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the answering nodes all enforce, in the shape of one subprocess boundary's `enforced`
+    (a protection a node lacks: False; one all have in different forms: "differs by node"), and
+    what any of them lacks, with the first reason given."""
+    enforced: dict[str, Any] = {}
+    unavailable: dict[str, Any] = {}
+    for node in nodes:
+        for name, why in node.get("unavailable", {}).items():
+            unavailable.setdefault(name, why)
+    for name in dict.fromkeys(k for node in nodes for k in node["enforced"]):
+        values = [node["enforced"].get(name, False) for node in nodes]
+        if not all(values):
+            enforced[name] = False
+        elif all(v == values[0] for v in values):
+            enforced[name] = values[0]
+        else:
+            enforced[name] = "differs by node (see nodes)"
+    return enforced, unavailable
 
 
 def _died_before(lost: _Lost, sent: float) -> bool:
