@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from .._boundary import BaseBoundary, ExecutionRequest
 from .._models import ExecutionResult, SessionRestore
 from ..stores._base import EntryTooLarge, SessionBusy
-from ._format import SessionSnapshot, SnapshotError, SnapshotTooLarge, snapshot_limit
+from ._format import SessionSnapshot, SnapshotError, SnapshotTooLarge, files_section, snapshot_limit
 from ._workspace import pack_files, restore_files
 
 if TYPE_CHECKING:
@@ -141,7 +141,10 @@ class Durability:
                     f"the {self.boundary.name} boundary has no workspace to put files back",
                 ]
             else:
-                back, more = restore_files(workspace, snapshot.files, self.boundary.limits)
+                try:
+                    back, more = restore_files(workspace, snapshot.files, self.boundary.limits)
+                except SnapshotError as exc:  # the variables are back: a run must not fail on the files
+                    back, more = [], [f"the stored workspace files could not be read back ({exc})"]
                 warnings = [*warnings, *more]
         return restored.model_copy(update={"files": back, "warnings": warnings})
 
@@ -153,16 +156,22 @@ class Durability:
         # Unsigned (an empty key signs nothing), so the blob is HMACed once, with its files.
         bare = self.boundary.snapshot_session(name, b"")
         limits = self.boundary.limits
-        room = [limits.max_workspace_bytes]
-        for limit in (snapshot_limit(limits), getattr(self.store, "max_entry_bytes", None)):
-            if limit is not None:
-                room.append(limit - bare.size_bytes - 8)  # the section's length field
-        files, reason = pack_files(self.boundary.session_workspace(name), min(room))
+        room = [(limits.max_workspace_bytes, "the workspace quota (Limits.max_workspace_bytes)")]
+        for limit, which in (
+            (snapshot_limit(limits), "Limits.max_snapshot_bytes"),
+            (getattr(self.store, "max_entry_bytes", None), "the store's max_entry_bytes"),
+        ):
+            if limit is not None:  # 8: the section's length field
+                room.append((limit - bare.size_bytes - 8, f"{which}, beside the variables,"))
+        try:
+            files, reason = pack_files(self.boundary.session_workspace(name), *min(room))
+        except OSError as exc:  # the workspace itself could not be read: the variables still go
+            reason = f"the workspace could not be read ({exc.strerror or exc})"
+            files = files_section([], reason)
         note = None
         if reason is not None:
-            note = (
-                f"The session's workspace files were not saved to the store ({reason}); its variables were."
-            )
+            note = f"The session's workspace files were not saved to the store: {reason}. "
+            note += "Its variables were saved."
         return bare.with_files(files, self.key), note
 
     # ---- with a store -----------------------------------------------------------------------------

@@ -40,12 +40,15 @@ _LARGEST_SHOWN = 3
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _mb(size: int) -> str:
-    return f"{size / 1e6:,.1f} MB"
+def _size(size: int) -> str:
+    return f"{size:,} bytes" if size < 1_000_000 else f"{size / 1e6:,.1f} MB"
 
 
-def pack_files(workspace: WorkspaceDir | None, budget: int) -> tuple[bytes | None, str | None]:
-    """The files section of `workspace`'s regular files, at most `budget` bytes, and None; or, when
+def pack_files(
+    workspace: WorkspaceDir | None, budget: int, limit: str = "the limit"
+) -> tuple[bytes | None, str | None]:
+    """The files section of `workspace`'s regular files, at most `budget` bytes (what `limit`, a
+    name for the model, leaves for them), and None; or, when
     they do not fit or cannot all be seen, a section holding none of them and the reason. (None,
     None): there are no files. All or none: a part of them could be a state the session never had."""
     if workspace is None:
@@ -63,7 +66,7 @@ def pack_files(workspace: WorkspaceDir | None, budget: int) -> tuple[bytes | Non
     total = sum(st.st_size for _, st in found.files)
     sizes = {name: st.st_size for name, st in found.files}
     if total > budget:
-        return _refused(sizes, total, budget)
+        return _refused(sizes, total, budget, limit)
     entries: list[FileEntry] = []
     contents: list[bytes] = []
     left = budget
@@ -71,7 +74,7 @@ def pack_files(workspace: WorkspaceDir | None, budget: int) -> tuple[bytes | Non
         try:
             data = read_file(workspace, name, left)
         except FileQuotaExceeded:  # it grew past what is left since the walk
-            return _refused(sizes, total, budget)
+            return _refused(sizes, total, budget, limit)
         except FileError:  # removed, or replaced by a link or a FIFO, since the walk: not one to keep
             continue
         left -= len(data)
@@ -79,16 +82,15 @@ def pack_files(workspace: WorkspaceDir | None, budget: int) -> tuple[bytes | Non
         contents.append(data)
     section = files_section(entries, None, contents)
     if len(section) > budget:  # the index itself did not fit
-        return _refused(sizes, len(section), budget)
+        return _refused(sizes, len(section), budget, limit)
     return section, None
 
 
-def _refused(sizes: dict[str, int], total: int, budget: int) -> tuple[bytes, str]:
+def _refused(sizes: dict[str, int], total: int, budget: int, limit: str) -> tuple[bytes, str]:
     largest = sorted(sizes.items(), key=lambda item: -item[1])[:_LARGEST_SHOWN]
-    shown = ", ".join(f"{name} ({_mb(size)})" for name, size in largest)
+    shown = ", ".join(f"{name} ({_size(size)})" for name, size in largest)
     reason = (
-        f"they take {_mb(total)}, over the {_mb(budget)} the stored session has room for "
-        f"(Limits.max_workspace_bytes, Limits.max_snapshot_bytes, the store's max_entry_bytes); "
+        f"they take {_size(total)}, over the {_size(budget)} {limit} leaves for them; "
         f"the largest: {shown}. Delete what is not needed to make them fit"
     )
     return files_section([], reason), reason
@@ -107,8 +109,8 @@ def restore_files(
     total = sum(size for _, size, _ in entries)
     if total > limits.max_workspace_bytes:
         warnings.append(
-            f"the stored workspace files ({_mb(total)}) are over this engine's workspace quota of "
-            f"{_mb(limits.max_workspace_bytes)} (Limits.max_workspace_bytes); none were written back"
+            f"the stored workspace files ({_size(total)}) are over this engine's workspace quota of "
+            f"{_size(limits.max_workspace_bytes)} (Limits.max_workspace_bytes); none were written back"
         )
         return [], warnings
     view = memoryview(section)

@@ -260,7 +260,7 @@ def test_files_over_the_quota_are_left_out_and_the_run_says_so(
         assert result.status == "ok"
         note = " ".join(result.notes)
         assert "workspace files were not saved to the store" in note
-        assert "big.bin (0.0 MB)" in note and "its variables were" in note
+        assert "big.bin (5,000 bytes)" in note and "Its variables were saved." in note
     manifest = read_manifest(sqlite_store.get("conv").data)  # type: ignore[union-attr]
     assert manifest.files == [] and manifest.files_not_saved is not None
     with engine(boundary, tmp_path / "b", sqlite_store, limits=limits) as second:
@@ -268,6 +268,27 @@ def test_files_over_the_quota_are_left_out_and_the_run_says_so(
         assert (back.status, back.value) == ("ok", "42")
         assert "the workspace files were not saved with this session" in back.to_observation()
         assert second.files("conv") == []
+
+
+@pytest.mark.parametrize("limit", ["snapshot", "store"])
+def test_files_that_would_pass_the_blob_limits_are_left_out(limit: str, tmp_path: Path) -> None:
+    # Within the workspace quota, but the blob would pass the snapshot limit or the store's entry
+    # limit, which would refuse the variables with it: the files stay out, the variables go in.
+    cap = 40_000
+    limits = Limits(max_snapshot_bytes=cap) if limit == "snapshot" else Limits()
+    code = "kept = 42\nwith open('big.bin', 'wb') as f:\n    f.write(b'x' * 50_000)\n"
+    with (
+        SQLiteStore.from_path(tmp_path / "s.db", max_entry_bytes=cap if limit == "store" else None) as store,
+        engine("inprocess", tmp_path / "a", store, limits=limits) as first,
+    ):
+        result = first.run(code, session="conv")
+        note = " ".join(result.notes)
+        which = "Limits.max_snapshot_bytes" if limit == "snapshot" else "the store's max_entry_bytes"
+        assert f"{which}, beside the variables, leaves for them" in note
+        assert "Its variables were saved." in note
+        stored = store.get("conv")
+        assert stored is not None and len(stored.data) <= cap
+        assert read_manifest(stored.data).files_not_saved is not None
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES)
