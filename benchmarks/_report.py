@@ -637,6 +637,12 @@ def _goals_table(out: _Out) -> None:
         [_label(out.results, g["executor"]), g["target"], g["shown"], g["verdict"]]
         for g in out.results["goals"]
     ]
+    ray = out.results.get("ray")
+    if ray:  # benchmarks/ray_bench.py's own goal
+        added, limit = ray["call_ms_added_by_ray"], ray["call_goal_ms"]
+        verdict = "met" if added <= limit else f"missed: {added / limit:.2f}{X} the limit"
+        target = f"added to a warm call over the local subprocess boundary <= {limit:g} ms"
+        rows.append(["ray boundary", target, f"{added:.2f} ms", verdict])
     out.table(["executor", "goal", "measured", "verdict"], rows)
 
 
@@ -717,7 +723,50 @@ def render_document(results: dict[str, Any]) -> str:
 
         out.title("Container boundary: a new session's first call", 2)
         out.text(container.markdown(results["container"]))
+    if results.get("ray"):  # benchmarks/ray_bench.py, run by run.py (with the ray extra)
+        import ray_bench
+
+        out.title("Ray boundary against the local subprocess boundary (benchmarks/ray_bench.py)", 2)
+        out.text(ray_bench.markdown(results["ray"]))
+    if results.get("default_boundary"):  # benchmarks/default_boundary.py, run by run.py
+        out.title("The default boundary", 2)
+        out.text(_default_boundary(results["default_boundary"]))
     return str(out)
+
+
+def _default_boundary(d: dict[str, Any]) -> str:
+    """benchmarks/default_boundary.py's figures: what the sandboxed default costs against in-process."""
+    n, readme, idle = d["sessions"], d["readme_s"], d["idle"]
+    default, inprocess = idle["default"], idle["inprocess"]
+    back = default.get("return_median_ms")
+    workers = default.get("live_workers")
+
+    def row(label: str, cell: Callable[[dict[str, Any]], str]) -> str:
+        return f"| {label} | {cell(default)} | {cell(inprocess)} |"
+
+    rows = [
+        '| | default (`ReplEngine()`) | `boundary="inprocess"` |',
+        "|---|---|---|",
+        f"| README example as a fresh process (median) | {readme['default']:.2f} s "
+        f"| {readme['inprocess']:.2f} s |",
+        row("warm call (`x = 1`), median", lambda d: f"{d['warm_call_us']:,} µs"),
+        row(f"{n:,} idle sessions: memory", lambda d: f"{d['memory_mb']:,.1f} MB"),
+        row(f"{n:,} idle sessions: time to create", lambda d: f"{d['create_s']:.2f} s"),
+    ]
+    if back is not None:
+        rows.append(f"| return to a hibernated session (median) | {back:.1f} ms | - |")
+    notes = (
+        f"The default is the `{default['boundary']}` boundary here. The README example runs as a whole "
+        "new Python process: imports, engine start, two cells and the observation. Memory is the host's "
+        "resident growth plus the unique memory (USS) of every child process (zygote, live workers, their "
+        "checkpoint copies)."
+    )
+    if workers:
+        notes += (
+            f" The default keeps {workers} workers live; the other sessions hibernate to the engine's own "
+            "temporary store and come back on their next call (the hibernated row)."
+        )
+    return "\n".join(rows) + "\n\n" + notes + "\n"
 
 
 def _method(s: dict[str, Any]) -> list[str]:

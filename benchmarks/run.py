@@ -311,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     results["host_tools"] = _side_figures("host_tools", args.python, tool_args, 600)
     container_args = ["--sessions", "5" if quick else "20"]
     results["container"] = _side_figures("container", args.python, container_args, 900)
+    # A local Ray cluster of two nodes; without the ray extra the script says so and this is skipped.
+    results["ray"] = _side_figures("ray_bench", args.python, ["--quick"] if quick else [], 900)
+    default_args = ["--sessions", "200", "--repeats", "3"] if quick else []
+    results["default_boundary"] = _side_figures("default_boundary", args.python, default_args, 1200)
     if args.load_json:
         results["load"] = json.loads(Path(args.load_json).read_text(encoding="utf-8"))
     results["elapsed_s"] = round(time.monotonic() - started, 1)
