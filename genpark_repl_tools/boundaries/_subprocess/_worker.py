@@ -448,7 +448,7 @@ class _Worker:
 
     # ---- checkpoints ------------------------------------------------------------------------------
     # After each reply (and after a resumed copy's READY) the worker forks a copy of itself that
-    # waits, paused, on the checkpoint channel: the state then is exactly the state the next request
+    # waits, paused, on a socket of its own (the zygote gets the other end): the state then is exactly the state the next request
     # starts from, and the worker would otherwise wait for that request. If the next cell ends this
     # process, the zygote (the copy's parent from then on: it is a child subreaper) moves the copy
     # out of the dead worker's process group before killing that group, and on the host's request
@@ -505,6 +505,16 @@ class _Worker:
         and whether the process limit refused the fork."""
         channel = self.channel
         assert channel is not None
+        # The copy waits on a socket of its own, whose other end goes to the zygote with the pid, so
+        # its resume request reaches it and no other process. Every process forked from this worker
+        # holds the channel, and a message there goes to whichever holder reads first: possibly an
+        # older copy killed a moment ago that has not run since (the kernel hands a waiting message
+        # to a killed reader before it acts on the kill), which would die with the new worker's
+        # socket and pipes.
+        try:
+            inbox, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as exc:
+            return f"the worker could not make a socket for its copy ({exc.strerror or exc})", False
         # Frozen while the next request runs, so a collection in the worker does not write to every
         # page it shares with the copy.
         gc.freeze()
@@ -518,17 +528,27 @@ class _Worker:
                     pid = os.fork()
         except OSError as exc:
             gc.unfreeze()
+            inbox.close()
+            zygote_end.close()
             full = exc.errno == errno.EAGAIN
             why = "the process limit is reached" if full else exc.strerror or str(exc)
             return f"the worker could not fork a copy of itself ({why})", full
         if pid == 0:  # pragma: no cover - runs in the copy
-            self._wait_as_checkpoint()
+            zygote_end.close()
+            self._wait_as_checkpoint(inbox)
+        inbox.close()
         try:
-            channel.send(P.CHECKPOINT_PID.pack(pid), socket.MSG_DONTWAIT)
+            channel.sendmsg(
+                [P.CHECKPOINT_PID.pack(pid)],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", zygote_end.fileno()))],
+                socket.MSG_DONTWAIT,
+            )
         except OSError as exc:  # the zygote did not keep up: without its knowing, the copy is useless
             _end_process(pid)
             gc.unfreeze()
             return f"the worker could not register its copy with the zygote ({exc})", False
+        finally:
+            zygote_end.close()  # in flight to the zygote now, or useless
         self.copy_pid = pid
         return None, False
 
@@ -554,19 +574,18 @@ class _Worker:
             self._collect_cost = done - now
             self._cells_since_collect = 0
 
-    def _wait_as_checkpoint(self) -> None:  # pragma: no cover - runs in the copy
+    def _wait_as_checkpoint(self, inbox: socket.socket) -> None:  # pragma: no cover - runs in the copy
         """In the copy: let go of the worker's socket and pipes (the host sees them close when the
-        worker dies), wait for the zygote, then serve the new socket it hands over. Exits if the
-        zygote goes away or lets the copy go."""
-        channel = self.channel
-        assert channel is not None
+        worker dies), wait on `inbox` for the zygote, then serve the new socket it hands over.
+        Exits if the zygote goes away or lets the copy go (it closes its end of `inbox`)."""
         try:
             self.dropped = []  # the worker's children, not ours
             self.sock.close()
             os.close(self.interrupt_fd)
             os.dup2(0, 1)  # /dev/null, read-only: the copy writes nothing while it waits
             os.dup2(0, 2)
-            data, ancdata, flags, _ = channel.recvmsg(1 << 16, socket.CMSG_SPACE(4 * 4))
+            data, ancdata, flags, _ = inbox.recvmsg(1 << 16, socket.CMSG_SPACE(4 * 4))
+            inbox.close()
             fds = P.passed_fds(ancdata)
             if not data:
                 os._exit(0)

@@ -82,14 +82,15 @@ class _Zygote:
         self.wake_r, self.wake_w = os.pipe()
         self.selector = selectors.DefaultSelector()
         # Checkpoints (see _worker._Worker._checkpoint): per worker token, our end of its checkpoint
-        # channel (a raw descriptor: a socket object's finalizer could close a reused number in a
-        # fork), the pid of the copy it last announced, and the copies of dead workers we hold.
+        # channel (raw descriptors here: a socket object's finalizer could close a reused number in
+        # a fork), the copy it last announced and the copies of dead workers we hold, each as its
+        # pid and our end of the socket only that copy waits on (its inbox).
         # Until a worker announces anything, its state is a new worker's: its copy is a new worker
         # forked from its spawn request (kept in `fresh`), so its first request waits for no fork.
         self.checkpoints = False
         self.channels: dict[str, int] = {}
-        self.announced: dict[str, int] = {}
-        self.held: dict[str, int] = {}
+        self.announced: dict[str, tuple[int, int]] = {}
+        self.held: dict[str, tuple[int, int]] = {}
         self.fresh: dict[str, dict[str, Any]] = {}
         self.held_fresh: dict[str, dict[str, Any]] = {}
 
@@ -419,25 +420,39 @@ class _Zygote:
     # ---- checkpoints --------------------------------------------------------------------------------
 
     def _read_channel(self, token: str) -> None:
-        """The pids a worker announced for its copies (the last one counts); EOF: nothing holds it."""
+        """The copies a worker announced, each a pid with its inbox (the last one counts; 0: none);
+        EOF: nothing holds the channel."""
         channel = self.channels.get(token)
         while channel is not None:
             try:
-                data = os.read(channel, 64)
+                data, fds = _recv_with_fds(channel)
             except BlockingIOError:
                 return
             except OSError:
-                data = b""
+                data, fds = b"", []
+            if len(data) == P.CHECKPOINT_PID.size:
+                self.fresh.pop(token, None)
+                self._let_go(token)
+                pid = P.CHECKPOINT_PID.unpack(data)[0]
+                if pid > 0 and fds:
+                    inbox = fds.pop(0)
+                    os.set_blocking(inbox, False)  # a send to it never blocks this loop
+                    self.announced[token] = (pid, inbox)
+            for fd in fds:  # more than the worker sends: not kept
+                os.close(fd)
             if not data:  # the worker and any copy are gone: nothing can be resumed from it
                 self._close_channel(token)
                 return
-            if len(data) == P.CHECKPOINT_PID.size:
-                self.announced[token] = P.CHECKPOINT_PID.unpack(data)[0]
-                self.fresh.pop(token, None)
+
+    def _let_go(self, token: str) -> None:
+        """The announced copy is stale: closing its inbox ends its wait (it exits)."""
+        copy = self.announced.pop(token, None)
+        if copy is not None:
+            os.close(copy[1])
 
     def _close_channel(self, token: str) -> None:
         channel = self.channels.pop(token, None)
-        self.announced.pop(token, None)
+        self._let_go(token)
         if channel is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(channel)
@@ -456,22 +471,22 @@ class _Zygote:
             self.held_fresh[token] = request
             self._close_channel(token)
             return True
-        pid = self.announced.pop(token, 0)
-        if pid <= 0 or token not in self.channels:
+        copy = self.announced.pop(token, None)
+        if copy is None:
             return False
+        pid, inbox = copy
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             state, parent, group = fields[0], int(fields[1]), int(fields[2])
-        except (OSError, ValueError, IndexError):
-            return False
-        if state in ("Z", "X") or parent != os.getpid() or group != worker_pid:  # a dead copy cannot resume
-            return False
-        try:
+            ours = parent == os.getpid() and group == worker_pid
+            if not ours or state in ("Z", "X") or token not in self.channels:  # a dead copy cannot resume
+                raise ValueError(f"pid {pid} is not a live copy of worker {worker_pid}")
             os.setpgid(pid, pid)  # out of the group that is about to be killed
-        except OSError:
+        except (OSError, ValueError, IndexError):
+            os.close(inbox)
             return False
-        self.held[token] = pid
+        self.held[token] = copy
         return True
 
     def _resume(self, request: dict[str, Any]) -> Callable[[], None] | None:
@@ -482,19 +497,23 @@ class _Zygote:
         if spawn is not None:
             return self._spawn({**spawn, "token": token, "execution_count": request["execution_count"]})
         fds = [self.fds.popleft() for _ in range(min(_FDS_PER_WORKER, len(self.fds)))]
-        pid = self.held.pop(old, None)
+        held = self.held.pop(old, None)
+        pid = held[0] if held is not None else None
         channel = self.channels.pop(old, None)
         error = "no checkpoint of the session's worker was kept"
-        if pid is not None and channel is not None and len(fds) == _FDS_PER_WORKER:
-            sock = socket.socket(fileno=channel)
+        if held is not None and channel is not None and len(fds) == _FDS_PER_WORKER:
             try:
-                P.send_frame(sock, P.RESUME, json.dumps(request).encode(), fds)
+                sock = socket.socket(fileno=held[1])
+                try:
+                    P.send_frame(sock, P.RESUME, json.dumps(request).encode(), fds)
+                finally:
+                    sock.detach()
             except OSError as exc:
                 error = f"the checkpoint could not be reached: {exc}"
             else:
                 error = ""
-            finally:
-                sock.detach()
+        if held is not None:
+            os.close(held[1])  # the request stays readable in the copy's inbox
         for fd in fds:
             os.close(fd)
         if error:
@@ -515,9 +534,10 @@ class _Zygote:
 
     def _discard(self, token: str) -> None:
         self.held_fresh.pop(token, None)
-        pid = self.held.pop(token, None)
-        if pid is not None:
-            _kill_group(pid)
+        held = self.held.pop(token, None)
+        if held is not None:
+            _kill_group(held[0])
+            os.close(held[1])
         self._close_channel(token)
 
     def _interrupt(self, token: str) -> None:
@@ -552,9 +572,10 @@ class _Zygote:
                     self._close_channel(token)
                     self.fresh.pop(token, None)
             else:  # a held copy that ended before anyone asked for it
-                for held, held_pid in list(self.held.items()):
+                for held, (held_pid, inbox) in list(self.held.items()):
                     if held_pid == pid:
                         del self.held[held]
+                        os.close(inbox)
                         self._close_channel(held)
             _, status = os.waitpid(pid, 0)
             if token is not None:
@@ -571,7 +592,7 @@ class _Zygote:
     def shutdown(self) -> NoReturn:
         if self.spare is not None:
             _kill_group(self.spare[0])
-        for pid in [*self.by_pid, *self.held.values()]:
+        for pid in [*self.by_pid, *(held[0] for held in self.held.values())]:
             _kill_group(pid)
         deadline = time.monotonic() + _SHUTDOWN_WAIT_S
         while time.monotonic() < deadline:
@@ -593,6 +614,16 @@ def _kill_group(pid: int) -> None:
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(OSError):
             kill(pid, signal.SIGKILL)
+
+
+def _recv_with_fds(fd: int) -> tuple[bytes, list[int]]:
+    """One message from the socket `fd` (a raw descriptor), with the descriptors it carried."""
+    sock = socket.socket(fileno=fd)
+    try:
+        data, ancdata, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(4))
+    finally:
+        sock.detach()
+    return data, P.passed_fds(ancdata)
 
 
 def _children() -> list[int]:
