@@ -94,11 +94,13 @@ class SnapshotRefused(SnapshotError):
 
 
 class SessionSnapshot:
-    """A session's variables by value, its imports by name, its execution count and a manifest.
+    """A session's variables by value, its imports by name, its execution count and a manifest;
+    in a store save, its workspace files too (`files`).
 
     Security model: a snapshot is data written by untrusted code. It carries an HMAC-SHA256 made
-    with the engine's `snapshot_key`; `ReplEngine.restore` checks it (constant-time) before reading
-    anything, and then loads it only through a loader limited by the restoring session's policy.
+    with the engine's `snapshot_key`, over the files as well; `ReplEngine.restore` checks it
+    (constant-time) before reading anything, and then loads it only through a loader limited by the
+    restoring session's policy, and writes files back only inside the session's workspace.
     `manifest` parses the header without checking it: use it for display only.
     """
 
