@@ -44,7 +44,7 @@ def test_sessions_beyond_the_live_workers_hibernate_and_come_back() -> None:
     with ReplEngine(max_workers=2) as engine:
         store = engine.store
         assert store is not None
-        folder = Path(store.path).parent  # type: ignore[attr-defined]
+        folder = Path(store.path)  # type: ignore[attr-defined]
         assert oct(folder.stat().st_mode & 0o777) == "0o700"
         for i in range(7):
             assert engine.run(f"x = {i}\nname = 's{i}'", session=f"s{i}").status == "ok"
