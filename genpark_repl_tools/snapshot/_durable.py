@@ -11,9 +11,9 @@ used, and on hibernation and close. A cell without a checkpoint is saved after i
 crash then rolls back to the store.
 
 A store save holds the session's workspace files too (`_workspace`), in the same signed blob, so a
-session another process or host restores has them; a restore writes back the ones its workspace
-lacks. The engine's own temporary store (LocalStore) keeps none: its sessions' workspaces stay on
-this host as long as the store does.
+session another process or host restores has them; a restore writes back those its workspace
+lacks or holds in another version. The engine's own temporary store (LocalStore) keeps none: its
+sessions' workspaces stay on this host as long as the store does.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class SessionSnapshot:
         self.mac = mac
         self.files = files  # the workspace files section (None: the snapshot has none)
         self._manifest: SnapshotManifest | None = None
-        self._verified: bytes | None = None  # the key this object was last checked with
+        self._verified: bytes | None = None  # a digest of the key this object was last checked with
 
     @classmethod
     def sign(
@@ -157,11 +157,14 @@ class SessionSnapshot:
                 "the snapshot failed authentication (it was altered, or made with another snapshot_key); "
                 "it was not loaded"
             )
-        self._verified = key
+        self._verified = hashlib.sha256(key).digest()  # not the key: a snapshot may be kept around
 
     def verified_with(self, key: bytes) -> bool:
-        """Whether this object passed `verify(key)` already (its sections are never replaced)."""
-        return self._verified is not None and hmac.compare_digest(self._verified, key)
+        """Whether this object passed `verify(key)` already (for a caller that has not changed its
+        sections since, and that does not want to pay for the HMAC twice)."""
+        return self._verified is not None and hmac.compare_digest(
+            self._verified, hashlib.sha256(key).digest()
+        )
 
     def header_data(self, key: bytes) -> dict[str, Any]:
         """The header, after checking the HMAC."""
