@@ -701,8 +701,10 @@ _DATA_STACK = ("numpy", "pandas", "matplotlib.pyplot")
 
 
 def _server_preload(args: argparse.Namespace) -> None:
-    """A server's default --preload: the data stack, unless --preload or --no-preload says otherwise."""
-    if not hasattr(args, "preload") and not getattr(args, "no_preload", False):
+    """A server's default --preload on a sandboxed boundary: the data stack, unless --preload or
+    --no-preload says otherwise."""
+    sandboxed = getattr(args, "boundary", "auto") != "inprocess"
+    if sandboxed and not hasattr(args, "preload") and not getattr(args, "no_preload", False):
         args.preload = _data_stack(getattr(args, "policy", None))
 
 

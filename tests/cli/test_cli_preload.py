@@ -50,6 +50,14 @@ def test_a_server_session_starts_with_the_data_stack_and_run_preloads_nothing() 
     assert loaded_in_a_new_session(named, "colorsys", server=False) == "True"
 
 
+def test_an_in_process_server_preloads_nothing() -> None:
+    parsed = cli.build_parser().parse_args(["mcp", "--boundary", "inprocess"])
+    cli._server_preload(parsed)
+    with cli._make_engine(parsed) as engine:
+        assert engine.boundary.name == "inprocess"
+    assert not hasattr(parsed, "preload")
+
+
 def test_preload_is_refused_in_process() -> None:
     parsed = cli.build_parser().parse_args(["--boundary", "inprocess", "--preload", "colorsys", "run", "-"])
     with pytest.raises(cli.UsageError, match="--preload needs a sandboxed boundary"):
