@@ -8,6 +8,7 @@ Rows (medians unless said otherwise):
                        median over rounds of the difference of the two, timed in alternating batches so
                        that load from other processes hits both alike; the goal is at most 1 ms)
     ray_actor_round_trip_ms  a no-op actor call in the same rounds: Ray's own share of `call_ms_ray`
+    call_ms_*_no_checkpoints the same with checkpoints=False on both sides
     new_session_ms     the first call of a new session (placement + worker start): subprocess, ray
     pss_mb_per_session proportional memory of one idle session's worker (after `import json`)
     sessions_per_node  how many such sessions fit in a fixed memory budget per node (--budget-mb)
@@ -172,6 +173,14 @@ def main() -> int:
             ray_new = _new_session_ms(two, n_new, "new")
             ray_pss = _pss_mb(two, n_mem)
             rows["throughput_ray_2_nodes_calls_s"] = _throughput(two, tp_sessions, tp_calls)
+            # The same without checkpoints: a worker forks its checkpoint after each reply, and on a
+            # loaded machine that fork competes for the CPU with Ray's handling of the reply.
+            plain: dict[str, Any] = {"policy": "trusted", "limits": limits, "checkpoints": False}
+            with (
+                ReplEngine(boundary="ray", sessions_per_node=None, **plain) as two_plain,
+                ReplEngine(boundary="subprocess", **plain) as local_plain,
+            ):
+                no_checkpoints = _call_ms(local_plain, two_plain, noop, rounds, n_calls)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -179,6 +188,7 @@ def main() -> int:
     rows.update(
         {
             **calls,
+            **{f"{k}_no_checkpoints": v for k, v in no_checkpoints.items() if k.startswith("call_ms")},
             "call_goal_ms": CALL_GOAL_MS,
             "call_rounds": rounds,
             "new_session_ms_subprocess": sub_new,
@@ -215,6 +225,9 @@ def markdown(rows: dict[str, Any]) -> str:
         f"| warm call (`1`), median | {rows['call_ms_subprocess']:.2f} ms | {rows['call_ms_ray']:.2f} ms | |",
         f"| what Ray adds to a warm call | | {added:.2f} ms | at most {goal:g} ms: "
         f"{'met' if added <= goal else 'missed'} |",
+        f"| the same without checkpoints | {rows['call_ms_subprocess_no_checkpoints']:.2f} ms "
+        f"| {rows['call_ms_ray_no_checkpoints']:.2f} ms "
+        f"(adds {rows['call_ms_added_by_ray_no_checkpoints']:.2f} ms) | |",
         f"| Ray's own round trip (a no-op actor call), median "
         f"| | {rows['ray_actor_round_trip_ms']:.2f} ms | |",
         f"| new session's first call, median | {rows['new_session_ms_subprocess']:.1f} ms "
@@ -231,7 +244,10 @@ def markdown(rows: dict[str, Any]) -> str:
         "A local Ray cluster (`ray.cluster_utils.Cluster`, one CPU per node) on this machine. What Ray adds "
         f"is the median over {rows['call_rounds']} rounds of the difference between the two boundaries' "
         "warm calls, timed in alternating batches so that load from other processes hits both alike; "
-        "Ray's own round trip, timed in the same rounds, is the part of it no boundary code can remove. The "
+        "Ray's own round trip, timed in the same rounds, is the part of it no boundary code can remove. "
+        "Without checkpoints, the worker's fork of a checkpoint after each reply does not compete with "
+        "Ray's handling of that reply for the CPU (on a loaded machine that competition counts as Ray's "
+        "cost). The "
         "2-node throughput shares this machine's cores: it shows the cost of spreading, not the gain of a "
         "second machine.",
     ]
