@@ -9,7 +9,6 @@ timeout, a small memory limit, and waits capped by _procs.WAIT_S.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import socket
@@ -140,11 +139,6 @@ def live_children(pid: int) -> list[int]:
     return [child for child in children(pid) if alive(child)]
 
 
-def one_new_copy(pid: int, seen: frozenset[int]) -> bool:
-    live = live_children(pid)
-    return len(live) == 1 and live[0] not in seen
-
-
 def test_between_cells_one_new_copy_waits(engine: ReplEngine) -> None:
     engine.run(SETUP)
     pid = int(engine.run("import os; os.getpid()").value or 0)
@@ -152,15 +146,18 @@ def test_between_cells_one_new_copy_waits(engine: ReplEngine) -> None:
     # The copy seen now may still be the one from before the last cell (the worker forks the next one
     # after its reply, and nothing tells the host when), so only copies that appear later are counted.
     seen = set(live_children(pid))
-    new: list[int] = []
+    live: list[int] = []
+
+    def a_new_copy_alone() -> bool:
+        live[:] = live_children(pid)
+        return len(live) == 1 and live[0] not in seen
+
     for _ in range(3):
         engine.run("kept.append(0); kept.pop()")
-        # After the reply the worker forks the next cell's copy and only then ends the last one: one
-        # copy runs at any time (two while they change places), and a new one after each cell.
-        assert wait_for(functools.partial(one_new_copy, pid, frozenset(seen)), timeout=5)
-        new += live_children(pid)
-        seen |= set(new)
-    assert len(set(new)) == 3
+        # After the reply the worker forks the next cell's copy, and the last one ends (it exits once
+        # the zygote lets it go, and the worker kills it): a new copy after each cell, then alone.
+        assert wait_for(a_new_copy_alone, timeout=5)
+        seen.add(live[0])
     # Ended copies are reaped without blocking the worker: the last one killed may still wait for the
     # next reply to be reaped, but they never pile up (at most the live one and one ended one are
     # children now).
