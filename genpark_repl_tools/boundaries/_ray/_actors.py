@@ -175,19 +175,13 @@ class SessionHost:
     def ping(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
-    def execute(
-        self,
-        session: str,
-        code: str,
-        timeout_s: float | None,
-        rid: str,
-        stream: bool = False,
-        tools: tuple[tuple[str, str], ...] | None = None,
-    ) -> Any:
-        """The call's result, pickled (or its reference in the object store when big). With `stream`, its
-        output is kept for `output` polls while it runs, and the reply is a `Streamed`. With `tools`
-        (the names and docs of the driver's host tools), the code's calls of them wait for the
-        driver, which takes them with `tool_calls` polls and answers with `tool_reply`."""
+    def execute(self, call: bytes) -> Any:
+        """Runs `call`, the pickled (session, code, timeout_s, rid, stream, tools); the result, pickled
+        (or its reference in the object store when big). With `stream`, its output is kept for
+        `output` polls while it runs, and the reply is a `Streamed`. With `tools` (the names and docs
+        of the driver's host tools), the code's calls of them wait for the driver, which takes them
+        with `tool_calls` polls and answers with `tool_reply`."""
+        session, code, timeout_s, rid, stream, tools = pickle.loads(call)
         request = ExecutionRequest(code=code, session=session, timeout_s=timeout_s)
         outbox = Outbox() if stream else None
         if outbox is not None:
