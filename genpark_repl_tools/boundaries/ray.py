@@ -50,7 +50,7 @@ PLACEMENT_NAME = "genpark-repl-placement"
 # the call runs). Ray reports a dead actor at once, so a lost node is noticed within about this long.
 _POLL_S = 0.25
 # How often a streamed call's output is fetched while it runs (that poll is also its liveness check):
-# a chunk reaches the caller about this long after it is written (the issue asks for 250 ms at most).
+# a chunk reaches the caller about this long after it is written (streaming promises 250 ms at most).
 _STREAM_POLL_S = 0.05
 # Room beyond a call's own deadline (timeout + kill grace) for the host's reply to arrive.
 _REPLY_SLACK_S = 1.0
