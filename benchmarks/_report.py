@@ -270,7 +270,7 @@ GOALS = (
     Goal(
         "trivial",
         _subprocess,
-        "warm round trip (`x = 1`) \u2264 250 \u00b5s",
+        "warm round trip (`x = 1`, with its checkpoint: the default) \u2264 250 \u00b5s",
         lambda d: d.get("value_s"),
         250e-6,
         False,
@@ -637,6 +637,7 @@ def _goals_table(out: _Out) -> None:
         [_label(out.results, g["executor"]), g["target"], g["shown"], g["verdict"]]
         for g in out.results["goals"]
     ]
+    rows += _checkpoint_goals(out.results.get("checkpoints"))
     ray = out.results.get("ray")
     if ray:  # benchmarks/ray_bench.py's own goal
         added, limit = ray["call_ms_added_by_ray"], ray["call_goal_ms"]
@@ -644,6 +645,51 @@ def _goals_table(out: _Out) -> None:
         target = f"added to a warm call over the local subprocess boundary <= {limit:g} ms"
         rows.append(["ray boundary", target, f"{added:.2f} ms", verdict])
     out.table(["executor", "goal", "measured", "verdict"], rows)
+
+
+def _checkpoint_goals(figures: dict[str, Any] | None) -> list[list[str]]:
+    """The goals benchmarks/checkpoints.py measures: the round trip without the checkpoint (the per-call
+    budget of the request path; the checkpoint's own cost is the next rows'), what a large session adds
+    to a trivial cell, and engine.fork."""
+    if not figures or not figures.get("sizes"):
+        return []
+
+    def row(target: str, value: float, limit: float, shown: str) -> list[str]:
+        verdict = "met" if value <= limit else f"missed: {value / limit:.2f}{X} the limit"
+        return ["genpark subprocess/trusted", target, shown, verdict]
+
+    sizes = {r["mb"]: r for r in figures["sizes"]}
+    rows = []
+    if (empty := sizes.get(0)) is not None and "back_to_back_ms_without" in empty:
+        value = empty["back_to_back_ms_without"] / 1000
+        rows.append(
+            row(
+                "warm round trip without a checkpoint (`checkpoints=False`) \u2264 250 \u00b5s",
+                value,
+                250e-6,
+                fmt_time(value),
+            )
+        )
+    if 0 in sizes and (big := max(sizes)) >= 900:
+        added = sizes[big]["cell_ms_with"] - sizes[0]["cell_ms_with"]
+        rows.append(
+            row(
+                f"trivial cell with {big} MB of state \u2264 2 ms over an empty session",
+                added,
+                2.0,
+                f"{added:+.2f} ms",
+            )
+        )
+    if fork := figures.get("fork"):
+        rows.append(
+            row(
+                f"engine.fork of a {fork['mb']} MB session \u2264 50 ms",
+                fork["fork_ms"],
+                50.0,
+                f"{fork['fork_ms']:.1f} ms",
+            )
+        )
+    return rows
 
 
 def render_document(results: dict[str, Any]) -> str:

@@ -98,6 +98,7 @@ def size_row(mb: int, cells: int, pause_s: float) -> dict[str, Any]:
     with _engine(checkpoints=False) as plain:
         _setup(plain, mb)
         without = _cell_ms(plain, cells, pause_s)
+        back_to_back_without = _cell_ms(plain, cells, 0.0)
     with _engine(checkpoints=True) as engine:
         worker = _setup(engine, mb)
         with_checkpoint = _cell_ms(engine, cells, pause_s)
@@ -111,6 +112,7 @@ def size_row(mb: int, cells: int, pause_s: float) -> dict[str, Any]:
         "cell_ms_with": round(with_checkpoint, 3),
         "added_ms": round(with_checkpoint - without, 3),
         "back_to_back_ms": round(back_to_back, 3),
+        "back_to_back_ms_without": round(back_to_back_without, 3),
         "copy_uss_mb": round(copy_mb, 2),
         "worker_uss_mb": round(worker_mb, 1),
     }
