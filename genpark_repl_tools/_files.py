@@ -202,27 +202,35 @@ def write_file(ws: WorkspaceDir, name: str, data: bytes, limits: Limits) -> File
                 f"uploading '{shown}' ({len(data):,} bytes) would fill the workspace past its quota "
                 f"of {limits.max_workspace_bytes:,} bytes ({used:,} used)"
             )
-        tmp = f".upload-{secrets.token_hex(6)}.part"
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd
-        )
-        try:
-            try:
-                if ws.owner is not None:
-                    os.fchown(fd, *ws.owner)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
-            # rename() replaces a symlink planted at the name (it never follows it).
-            os.replace(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            with suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
+        st = write_at(dfd, parts[-1], data, ws.owner)
     return _info(shown, st)
+
+
+def write_at(
+    dfd: int, name: str, data: bytes | memoryview, owner: tuple[int, int] | None, mtime_ns: int | None = None
+) -> os.stat_result:
+    """Write `data` as `name` in the directory `dfd`: whole, under a temporary name walks skip, then
+    renamed into place, which replaces a link planted at the name and never follows it."""
+    tmp = f".upload-{secrets.token_hex(6)}.part"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+    try:
+        try:
+            if owner is not None:
+                os.fchown(fd, *owner)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if mtime_ns is not None:
+                os.utime(fd, ns=(mtime_ns, mtime_ns))
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise
+    return st
 
 
 def delete_file(ws: WorkspaceDir, name: str) -> None:

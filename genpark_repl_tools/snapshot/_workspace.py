@@ -16,8 +16,6 @@ The section's layout: `_format.files_section`.
 from __future__ import annotations
 
 import os
-import secrets
-from contextlib import suppress
 
 from .._exceptions import FileError, FileQuotaExceeded
 from .._files import (
@@ -30,6 +28,7 @@ from .._files import (
     check_name,
     read_file,
     walk,
+    write_at,
 )
 from .._limits import Limits
 from ._format import FileEntry, files_index, files_section
@@ -37,7 +36,6 @@ from ._format import FileEntry, files_index, files_section
 __all__ = ["pack_files", "restore_files"]
 
 _LARGEST_SHOWN = 3
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _size(size: int) -> str:
@@ -139,21 +137,5 @@ def _write(workspace: WorkspaceDir, parts: list[str], data: memoryview, mtime_ns
             _refuse_special(old, shown)
             if old.st_size == len(data) and old.st_mtime_ns == mtime_ns:
                 return
-        tmp = f".upload-{secrets.token_hex(6)}.part"  # an upload's temporary name: walks skip it
-        fd = os.open(tmp, _WRITE_FLAGS, 0o600, dir_fd=dfd)
-        try:
-            try:
-                if workspace.owner is not None:
-                    os.fchown(fd, *workspace.owner)
-                view = data
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.utime(fd, ns=(mtime_ns, mtime_ns))  # so the next restore on this host sees it is there
-            finally:
-                os.close(fd)
-            # rename() replaces only what is at the name now: a link planted since is not followed.
-            os.replace(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            with suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
+        # So the next restore on this host sees the file is there already.
+        write_at(dfd, parts[-1], data, workspace.owner, mtime_ns)
