@@ -81,7 +81,8 @@ HELLO = ord("H")
 EXITED = ord("X")
 SPAWN_FAILED = ord("F")
 
-# worker -> zygote, on the checkpoint channel: the pid of the copy kept before the cell
+# worker -> zygote, on the checkpoint channel: the pid of the copy kept before the cell, with (SCM_RIGHTS)
+# the zygote's end of the socket that copy waits on
 CHECKPOINT_PID = struct.Struct("!i")
 
 # Payloads from this size on are copied out of the receive buffer through a memoryview.

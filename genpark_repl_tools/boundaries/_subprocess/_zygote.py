@@ -12,7 +12,7 @@ of every worker (and, as a child subreaper, of every orphaned grandchild): when 
 kills the worker's whole process group before reaping it, and tells the host how it ended. When
 the host goes away (its socket closes, or this process is re-parented) it kills everything and exits.
 
-    python -I -c "...; main(ctl_fd)"   started by _host.ZygoteClient; talks on the inherited socket
+    python -I -c "...; main(ctl_fd)"   started by _spawn.ZygoteClient; talks on the inherited socket
 """
 
 from __future__ import annotations
