@@ -450,10 +450,10 @@ class _Worker:
     # After each reply (and after a resumed copy's READY) the worker forks a copy of itself that
     # waits, paused, on a socket of its own (the zygote gets the other end): the state then is
     # exactly the state the next request starts from, and the worker would otherwise wait for that
-    # request. If the next cell ends this process, the zygote (the copy's parent from then on: it is a child subreaper) moves the copy
-    # out of the dead worker's process group before killing that group, and on the host's request
-    # hands it a new socket and pipes: the session goes on with its state from before the cell. The
-    # previous copy goes once the new one exists.
+    # request. If the next cell ends this process, the zygote (the copy's parent from then on: it is
+    # a child subreaper) moves the copy out of the dead worker's process group before killing that
+    # group, and on the host's request hands it a new socket and pipes: the session goes on with its
+    # state from before the cell. The previous copy goes once the new one exists.
     #
     # Why every interleaving is safe: the zygote resumes only the last pid announced. Before the
     # fork the worker announces 0 (the previous copy holds the state from before the request just
