@@ -62,7 +62,7 @@ for _tool in (NoopTool, PlainTool):
 def make_calls(timeout_s: float) -> tuple[ReplEngine, dict[str, Any], str | None]:
     """The engine and four zero-argument calls: core (engine.run), tool (our invoke), noop (LangChain's
     machinery alone), plain (LangChain's machinery around engine.run)."""
-    engine = ReplEngine(limits=Limits(timeout_s=timeout_s))
+    engine = ReplEngine(boundary="inprocess", limits=Limits(timeout_s=timeout_s))  # the layer alone
     tool = GenparkReplTool(engine=engine)
     noop = NoopTool()
     config: Any = {"configurable": {"thread_id": "bench"}}

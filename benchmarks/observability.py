@@ -32,13 +32,13 @@ def _engine_for(kind: str) -> Any:
     from genpark_repl_tools import Limits, ReplEngine
 
     if kind == "history":
-        return ReplEngine(tracing=False, limits=Limits(max_history_cells=100))
+        return ReplEngine(boundary="inprocess", tracing=False, limits=Limits(max_history_cells=100))
     if kind == "auto":
-        return ReplEngine()
+        return ReplEngine(boundary="inprocess")
     from opentelemetry import trace
 
     if kind == "api-only":
-        return ReplEngine()
+        return ReplEngine(boundary="inprocess")
     from opentelemetry.sdk.trace import TracerProvider
 
     provider = TracerProvider()
@@ -49,7 +49,7 @@ def _engine_for(kind: str) -> Any:
         exporter = InMemorySpanExporter()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    return ReplEngine()
+    return ReplEngine(boundary="inprocess")
 
 
 def _batch(engine: Any, n: int) -> float:
@@ -63,7 +63,7 @@ def _batch(engine: Any, n: int) -> float:
 def measure(kind: str, seconds: float) -> dict[str, float]:
     from genpark_repl_tools import ReplEngine
 
-    base = ReplEngine(tracing=False)
+    base = ReplEngine(boundary="inprocess", tracing=False)  # what observing costs the host alone
     other = _engine_for(kind)
     for engine in (base, other):
         engine.run("x = 1")
