@@ -84,3 +84,20 @@ def test_the_framework_toolkits_default_to_the_sandbox() -> None:
         assert spec.engine.boundary.name == "subprocess"
     finally:
         spec.engine.close()
+
+
+def test_a_private_tmpdir_does_not_stop_the_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import tempfile
+
+    private = tempfile.mkdtemp(prefix="genpark-private-")  # 0700: closed to any other user
+    monkeypatch.setattr(tempfile, "tempdir", private)  # what $TMPDIR=private gives
+    try:
+        with ReplEngine(policy="trusted") as engine:
+            assert engine.run("open('kept.txt', 'w').write('x')").status == "ok"
+            place = engine.boundary.session_workspace("default")
+            assert place is not None and (place.path / "kept.txt").exists()
+            if place.owner is not None:  # workers run as another user, who cannot enter `private`
+                assert not str(place.path).startswith(private)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)

@@ -49,6 +49,10 @@ def engine(
     if boundary == "subprocess":
         pytest.importorskip("genpark_repl_tools.boundaries.subprocess")
         options["workspace_root"] = root
+        root.mkdir(parents=True, exist_ok=True)
+        for parent in root.parents:  # pytest's own temporary directories are closed to the workers' user
+            if parent.stat().st_uid == os.geteuid():
+                parent.chmod(parent.stat().st_mode | 0o001)
     return ReplEngine(
         policy=policy, boundary=boundary, store=store, snapshot_key=KEY, save_every_s=None, **options
     )

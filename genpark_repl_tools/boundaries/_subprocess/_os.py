@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
@@ -74,20 +75,44 @@ def prepare_workspace_root(given: str | Path | None, policy: Policy, *, dropping
     if given is None and policy.workspace is not None:
         given = policy.workspace
     if given is None:
-        root = Path(tempfile.mkdtemp(prefix="genpark-repl-"))
+        parent = Path(tempfile.gettempdir())
+        if dropping and _closed_to_others(parent) is not None and _closed_to_others(Path("/tmp")) is None:
+            # A private $TMPDIR (0700, as pytest's and some desktops' are) is closed to the workers'
+            # user: their workspaces go to /tmp instead, in a 0711 directory of the boundary's own.
+            parent = Path("/tmp")
+        root = Path(tempfile.mkdtemp(prefix="genpark-repl-", dir=parent))
         if dropping:
             os.chmod(root, 0o711)  # the unprivileged worker must reach its own directory inside
+            _check_reachable(root, owned=True)
         return root, True
     root = Path(given).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if dropping:
-        for part in (root, *root.parents):
-            if not os.stat(part).st_mode & 0o001:
-                raise BoundaryError(
-                    f"workers run as an unprivileged user and cannot reach {root}: {part} is not "
-                    f"searchable by others (chmod o+x {part}), or pass user=None"
-                )
+        _check_reachable(root, owned=False)
     return root, False
+
+
+def _closed_to_others(path: Path) -> Path | None:
+    """The first of `path` and its parents that a user other than its owner cannot enter, if any."""
+    for part in (path, *path.parents):
+        try:
+            if not os.stat(part).st_mode & 0o001:
+                return part
+        except OSError:
+            return part
+    return None
+
+
+def _check_reachable(root: Path, *, owned: bool) -> None:
+    closed = _closed_to_others(root)
+    if closed is None:
+        return
+    if owned:
+        shutil.rmtree(root, ignore_errors=True)
+    raise BoundaryError(
+        f"workers run as an unprivileged user and cannot reach {root}: {closed} is not searchable by "
+        f"others (chmod o+x {closed}), or pass user=None"
+    )
 
 
 def session_dirname(session: str) -> str:
