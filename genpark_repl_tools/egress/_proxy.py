@@ -23,6 +23,7 @@ import re
 import secrets as _secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,7 +96,9 @@ class _Session:
     policy: NetworkPolicy
     placeholders: dict[str, str]  # placeholder -> secret name
     server: asyncio.AbstractServer | None = None
+    adopted: asyncio.AbstractServer | None = None  # a listener handed in by serve_listener
     active: int = 0
+    recorded: int = 0  # records made so far, ever (the deque keeps the last ones)
     used: int = 0
     writers: set[asyncio.StreamWriter] = field(default_factory=set)
     # Lookups run on threads; a few at a time per session, so one session's slow names cannot take
@@ -188,14 +191,29 @@ class EgressProxy:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
     def open_session(
-        self, session: str, policy: NetworkPolicy, *, unix_path: str | None = None, tcp: bool = True
+        self,
+        session: str,
+        policy: NetworkPolicy,
+        *,
+        unix_path: str | None = None,
+        tcp: bool = True,
+        placeholders: dict[str, str] | None = None,
     ) -> SessionEndpoint:
         """Open `session`'s side of the proxy, with its own listener: a Unix socket at `unix_path` (mode
         0600) if given, else loopback TCP on a free port if `tcp`, else none (connections then come in
-        through `serve_socket` only)."""
+        through `serve_listener` or `serve_socket` only).
+
+        `placeholders` (secret name -> placeholder) are those of an earlier opening of the same session,
+        so that a placeholder its code kept in a variable still works; by default new ones are made."""
         if self._loop.is_closed():
             raise RuntimeError("the proxy is closed")
-        placeholders = {name: f"genpark-secret-{_secrets.token_hex(16)}" for name in sorted(policy.secrets)}
+        given = placeholders or {}
+        placeholders = {}
+        for name in sorted(policy.secrets):
+            value = given.get(name, "")
+            if not re.fullmatch(r"genpark-secret-[0-9a-f]{32}", value):
+                value = f"genpark-secret-{_secrets.token_hex(16)}"
+            placeholders[name] = value
         state = _Session(session, policy, {value: name for name, value in placeholders.items()})
         address: tuple[str, int] | str | None = self._call(self._listen(state, unix_path, tcp))
         return SessionEndpoint(session, address, placeholders)
@@ -219,6 +237,30 @@ class EgressProxy:
             address = state.server.sockets[0].getsockname()[:2]
         self._sessions[state.name] = state
         return address
+
+    def serve_listener(self, session: str, sock: socket.socket) -> None:
+        """Accept `session`'s connections on a listening stream socket; the proxy owns it from here.
+
+        This is how a sandbox with no route to the host reaches the proxy: its worker binds a loopback
+        port in a network namespace of its own and passes the listening socket out (SCM_RIGHTS). A
+        listener handed in before for the session is closed (its worker was replaced); one for a
+        session that is not open is closed.
+        """
+        sock.setblocking(False)
+        self._call(self._serve_listener(session, sock))
+
+    async def _serve_listener(self, session: str, sock: socket.socket) -> None:
+        state = self._sessions.get(session)
+        if state is None:
+            sock.close()
+            return
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._serve(state, reader, writer)
+
+        if state.adopted is not None:
+            state.adopted.close()
+        state.adopted = await asyncio.start_server(serve, sock=sock, limit=self.max_header_bytes)
 
     def serve_socket(self, session: str, sock: socket.socket) -> None:
         """Serve one connected stream socket as a connection of `session`; the proxy owns it from here.
@@ -255,6 +297,27 @@ class EgressProxy:
         with self._records_lock:  # appended to on the proxy's thread
             return list(state.records)
 
+    def records_since(self, session: str, seen: int) -> tuple[list[ConnectionRecord], int]:
+        """The session's records made after the first `seen` ever made (those still kept), and how many
+        it has made in all: pass that as `seen` next time."""
+        state = self._sessions.get(session)
+        if state is None:
+            return [], seen
+        with self._records_lock:
+            total = state.recorded
+            new = min(total - seen, len(state.records))
+            return (list(state.records)[len(state.records) - new :] if new > 0 else []), total
+
+    def settle(self, session: str, timeout: float) -> None:
+        """Wait up to `timeout` seconds while the session has connections open: a client that closed its
+        end is recorded once the proxy sees that, a moment later, on its own thread."""
+        state = self._sessions.get(session)
+        if state is None or self._loop.is_closed():
+            return
+        deadline = time.monotonic() + timeout
+        while state.active and time.monotonic() < deadline:
+            time.sleep(0.002)
+
     def close_session(self, session: str) -> None:
         """Stop the session's listener and cut its open connections."""
         if not self._loop.is_closed():
@@ -264,8 +327,9 @@ class EgressProxy:
         state = self._sessions.pop(session, None)
         if state is None:
             return
-        if state.server is not None:
-            state.server.close()
+        for server in (state.server, state.adopted):
+            if server is not None:
+                server.close()
         for writer in list(state.writers):
             writer.transport.abort()
 
@@ -350,6 +414,7 @@ class EgressProxy:
         )
         with self._records_lock:
             state.records.append(record)
+            state.recorded += 1
         if self._on_record is not None:
             try:
                 self._on_record(record)
