@@ -44,7 +44,9 @@ from ._subprocess._os import prepare_workspace_root, resolve_user, session_dirna
 from ._subprocess._spawn import WorkerPool, worker_env, zygote_config
 
 if TYPE_CHECKING:
+    from ..egress import EgressProxy, NetworkPolicy
     from ..snapshot import SessionSnapshot
+    from ._subprocess._egress import SessionEgress
 
 __all__ = ["DEFAULT_MEMORY_MB", "SubprocessBoundary"]
 
@@ -114,7 +116,13 @@ class SubprocessBoundary(BaseBoundary):
         max_workers     live worker processes at most (checkpoint copies are not counted); at
                         the cap, an engine with a store hibernates the least recently used idle
                         session to free its worker; CapacityError when none can go
-        network         True lets workers use the network (default: none)
+        network         False (default): no network; True: all of it; a NetworkPolicy: only the
+                        names it lists, through an egress proxy on the host (each worker gets a
+                        network namespace of its own whose loopback reaches its session's proxy,
+                        set in HTTP_PROXY/HTTPS_PROXY; see docs/network.md)
+        egress_proxy    the EgressProxy that serves a NetworkPolicy (default: one of its own,
+                        closed with the boundary); pass one for its options or its on_record
+                        audit callback
         confine_reads   False lets workers read any file their user may read
         read_paths      extra paths workers may read (with confine_reads)
         user            uid workers run as: "auto" (65534 when the host is root), an int, or None
@@ -140,6 +148,9 @@ class SubprocessBoundary(BaseBoundary):
 
     name = "subprocess"
     supports_tools = True
+    # Where a worker's egress listener binds: a network namespace of its own (a container's is
+    # already the session's own).
+    _egress_in_place = False
 
     def __init__(
         self,
@@ -149,7 +160,8 @@ class SubprocessBoundary(BaseBoundary):
         workspace_root: str | Path | None = None,
         session_ttl_s: float | None = 600.0,
         max_workers: int | None = 32,
-        network: bool = False,
+        network: bool | NetworkPolicy = False,
+        egress_proxy: EgressProxy | None = None,
         confine_reads: bool = True,
         read_paths: Iterable[str | Path] = (),
         user: int | Literal["auto"] | None = "auto",
@@ -182,17 +194,31 @@ class SubprocessBoundary(BaseBoundary):
         self._sessions: SessionTable[_SessionState] = SessionTable(limits.max_sessions)
         self._evicted: OrderedDict[str, None] = OrderedDict()  # guarded by self._sessions.lock
         self._make_room: Callable[[list[str]], bool] | None = None
+        network_policy = None
+        if not isinstance(network, bool):
+            from ..egress import NetworkPolicy
+            from ._subprocess._egress import EGRESS_PORT
+
+            if not isinstance(network, NetworkPolicy):
+                raise TypeError(
+                    f"network must be True, False or a NetworkPolicy, not {type(network).__name__}"
+                )
+            network_policy = network
+        elif egress_proxy is not None:
+            raise ValueError("egress_proxy serves a NetworkPolicy: pass network=NetworkPolicy(allow=[...])")
         config = zygote_config(
             policy,
             limits,
             workspace_root=self._root,
             uid=uid,
-            network=network,
+            network=network is True,
             confine_reads=confine_reads,
             read_paths=read_paths,
             preload=preload,
             max_processes=max_processes,
             checkpoints=checkpoints,
+            egress_port=None if network_policy is None else EGRESS_PORT,
+            egress_in_place=self._egress_in_place,
         )
         try:
             self._pool = self._make_pool(config, worker_env(env), python, limits, max_workers)
@@ -200,6 +226,11 @@ class SubprocessBoundary(BaseBoundary):
             if self._owns_root:
                 shutil.rmtree(self._root, ignore_errors=True)
             raise
+        self._egress: SessionEgress | None = None
+        if network_policy is not None:
+            from ._subprocess._egress import SessionEgress
+
+            self._egress = self._pool.egress = SessionEgress(network_policy, egress_proxy)
         # The finalizer must not reference self: it runs when a boundary is dropped without close().
         self._finalizer = weakref.finalize(
             self, _emergency_cleanup, self._pool, self._root if self._owns_root else None
@@ -245,7 +276,12 @@ class SubprocessBoundary(BaseBoundary):
                 if state.closed:  # closed or evicted while this call waited for the lock
                     continue
                 try:
-                    return self._execute_locked(state, request)
+                    result = self._execute_locked(state, request)
+                    if self._egress is not None:
+                        line = self._egress.report(state.name)
+                        if line:
+                            result.notes.append(line)
+                    return result
                 finally:
                     state.last_used = time.monotonic()
 
@@ -295,6 +331,8 @@ class SubprocessBoundary(BaseBoundary):
         if state is None:
             return False
         self._close_state(state)
+        if self._egress is not None:
+            self._egress.close_session(session)
         if self._owns_root:
             shutil.rmtree(state.workspace, ignore_errors=True)
         return True
@@ -354,6 +392,8 @@ class SubprocessBoundary(BaseBoundary):
                 finally:
                     state.lock.release()
         self._pool.close_handles()
+        if self._egress is not None:
+            self._egress.close()
         if self._janitor is not None and self._janitor is not threading.current_thread():
             self._janitor.join(_EXIT_WAIT_S)
         if self._owns_root:

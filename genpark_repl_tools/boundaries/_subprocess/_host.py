@@ -16,6 +16,7 @@ import json
 import os
 import select
 import socket
+import stat
 import struct
 import time
 from collections.abc import Callable
@@ -156,6 +157,10 @@ class WorkerClient:
         self.checkpoint = False  # once retired: the zygote holds its checkpoint copy (see resume)
         self.ended_by: str | None = None  # once retired: what ended it beside its code, if known
         self.no_checkpoint: str | None = None  # why the running cell has no checkpoint, if it said
+        # A network policy: the worker passes its egress listener with READY (its first bytes), so
+        # the first read takes descriptors; every later one drops any it is sent.
+        self.wants_listener = False
+        self.listener: socket.socket | None = None
         self.frames = P.FrameBuffer()
         # Every request carries a fresh id and the worker echoes it: `wait` drops the late reply of a
         # call that was abandoned mid-flight instead of handing it to the next caller.
@@ -387,7 +392,10 @@ class WorkerClient:
                     which = self._open.get(fd)
                     if which == 0:
                         try:
-                            data = self.sock.recv(_READ_CHUNK)
+                            if self.wants_listener:
+                                data = self._recv_listener()
+                            else:
+                                data = self.sock.recv(_READ_CHUNK)
                         except OSError:
                             data = b""
                         if not data:
@@ -408,6 +416,16 @@ class WorkerClient:
         finally:
             if muted_until:
                 self._watch_output(True)
+
+    def _recv_listener(self) -> bytes:
+        data, ancdata, _, _ = self.sock.recvmsg(_READ_CHUNK, socket.CMSG_SPACE(4 * 4))
+        self.wants_listener = False
+        for fd in P.passed_fds(ancdata):
+            if self.listener is None:
+                self.listener = _checked_listener(fd)
+            else:
+                os.close(fd)
+        return data
 
     def _serve_tool(self, tools: ToolRun | None, payload: bytes) -> None:
         """Run one tool call of the cell on a host thread and answer it, unless the run's deadline
@@ -487,9 +505,36 @@ class WorkerClient:
         self.dead = True
         self._open.clear()
         self.sock.close()
+        if self.listener is not None:
+            self.listener.close()
         for fd in (self.out_r, self.err_r, self._wake_r, self._wake_w, self.interrupt_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _checked_listener(fd: int) -> socket.socket | None:
+    """A descriptor a worker passed with its READY as a socket, if it is what a worker's egress
+    listener is (TCP, listening, on 127.0.0.1); otherwise it is closed and None returned."""
+    try:
+        is_socket = stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        is_socket = False
+    if not is_socket:
+        os.close(fd)
+        return None
+    sock = socket.socket(fileno=fd)
+    try:
+        if (
+            sock.family == socket.AF_INET
+            and sock.type == socket.SOCK_STREAM
+            and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+            and sock.getsockname()[0] == "127.0.0.1"
+        ):
+            return sock
+    except OSError:
+        pass
+    sock.close()
+    return None
 
 
 def checked_result(data: bytes, stamp: tuple[str, str, str]) -> ExecutionResult | None:

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Prepared", "SandboxConfig", "SandboxError", "apply", "prepare"]
+__all__ = ["Prepared", "SandboxConfig", "SandboxError", "apply", "egress_listener", "prepare"]
 
 LINUX = sys.platform.startswith("linux")
 
@@ -208,6 +208,10 @@ class SandboxConfig:
     max_open_files: int | None = None
     max_file_size_mb: int | None = None
     max_processes: int | None = None
+    # With a network policy: the loopback port a worker's egress listener takes, and whether it binds
+    # in the namespace it is in (a container's, already the session's own) instead of one of its own.
+    egress_port: int | None = None
+    egress_in_place: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SandboxConfig:
@@ -524,6 +528,45 @@ def _python_paths() -> list[str]:
 
 
 # ---- apply (each worker, right after fork) --------------------------------------------------------
+
+
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+
+
+def egress_listener(prepared: Prepared) -> socket.socket | None:
+    """In a freshly forked worker of a boundary with a network policy, before `apply`: a network
+    namespace of the worker's own with its loopback up, and a socket listening on 127.0.0.1 there
+    for the host's egress proxy to serve (the worker passes it out and keeps no copy). Its own
+    namespace, so no other session's code can connect to this session's proxy. None when the port
+    is taken: in a container, a worker started again binds in the container's namespace, where the
+    host still serves the listener of the first one. Raises SandboxError."""
+    import fcntl
+
+    config = prepared.config
+    assert config.egress_port is not None
+    try:
+        if not config.egress_in_place:
+            # Needs CAP_SYS_ADMIN (held until apply drops it: root, or the zygote's user namespace).
+            if _c().unshare(_CLONE_NEWNET) != 0:
+                raise SandboxError(f"unshare(CLONE_NEWNET) for the egress listener failed: {_errno_text()}")
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                request = struct.pack("16sH14x", b"lo", 0)
+                flags = struct.unpack_from("16sH", fcntl.ioctl(s, _SIOCGIFFLAGS, request))[1]
+                fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.bind(("127.0.0.1", config.egress_port))
+            listener.listen(64)
+        except OSError as exc:
+            listener.close()
+            if exc.errno == errno.EADDRINUSE and config.egress_in_place:
+                return None
+            raise
+    except OSError as exc:
+        raise SandboxError(f"the egress listener could not be set up: {exc}") from exc
+    return listener
 
 
 def apply(prepared: Prepared, workspace: str) -> None:

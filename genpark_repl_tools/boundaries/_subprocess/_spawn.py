@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from importlib.util import resolve_name
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..._exceptions import BoundaryError, CapacityError
 from ..._limits import Limits
@@ -34,6 +34,9 @@ from ...policy import Policy
 from . import _protocol as P
 from . import _zygote
 from ._host import OutputSink, WorkerClient
+
+if TYPE_CHECKING:
+    from ._egress import SessionEgress
 
 __all__ = [
     "IDENTITY",
@@ -151,6 +154,8 @@ def zygote_config(
     preload: Iterable[str],
     max_processes: int | None,
     checkpoints: bool = True,
+    egress_port: int | None = None,
+    egress_in_place: bool = False,
 ) -> dict[str, Any]:
     """What the zygote needs to build the runtime and sandbox every worker the same way."""
     return {
@@ -172,6 +177,8 @@ def zygote_config(
             "max_open_files": limits.max_open_files,
             "max_file_size_mb": limits.max_file_size_mb,
             "max_processes": max_processes,
+            "egress_port": egress_port,
+            "egress_in_place": egress_in_place,
         },
     }
 
@@ -445,6 +452,7 @@ class WorkerPool:
         self._tokens = itertools.count(1)
         self._zygote_lock = threading.Lock()
         self._hello: dict[str, Any] | None = None
+        self.egress: SessionEgress | None = None  # a network policy's proxy (set by the boundary)
         # Weak: the zygote's reader thread must not keep the pool alive.
         on_death = weakref.WeakMethod(self._on_zygote_death)
         self.zygote = self._make_zygote(
@@ -491,7 +499,13 @@ class WorkerPool:
         """Fork a worker for `session`; it is ready once `await_ready` returns."""
         self.hello()
         workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
-        request = {"session": session, "workspace": self.worker_path(workspace), "restarted": restarted}
+        request: dict[str, Any] = {
+            "session": session,
+            "workspace": self.worker_path(workspace),
+            "restarted": restarted,
+        }
+        if self.egress is not None:
+            request["env"] = self.egress.environment(session)
         return self._launch(lambda token, fds: self.zygote.spawn(token, request, fds))
 
     def resume(self, dead: WorkerClient, execution_count: int) -> WorkerClient:
@@ -535,6 +549,7 @@ class WorkerPool:
                     os.close(fd)
             checkpoints = bool(self._hello and self._hello.get("checkpoints"))
             worker = WorkerClient(token, host_end, out_r, err_r, int_w, self, checkpoints=checkpoints)
+            worker.wants_listener = self.egress is not None
             with self._lock:
                 self._handles[token] = worker
         finally:
@@ -558,6 +573,11 @@ class WorkerPool:
             raise
         if isinstance(reply, tuple) and reply[0] == P.READY:
             worker.pid = int(json.loads(reply[1])["pid"])
+            listener, worker.listener = worker.listener, None
+            if listener is not None and self.egress is not None:
+                self.egress.serve(session, listener)
+            elif listener is not None:
+                listener.close()
             return
         failure = self.zygote.spawn_failure(worker.token)
         self.retire(worker, drain=(None, err))

@@ -261,13 +261,21 @@ class _Worker:
         self._cells_since_collect = 0
         self._collect_cost = 0.0
         self._collected_at = time.monotonic()
+        # The egress listener (a network policy only): passed out with the first READY, never kept.
+        self.listener: socket.socket | None = None
 
     def loop(self) -> None:
         # One frame below the cell's, on purpose: the policy's audit hook walks every frame under a
         # run. A copy that resumes (_Resumed) starts over here with its new socket.
         while True:
             try:
-                P.send_frame(self.sock, P.READY, json.dumps({"pid": os.getpid()}).encode())
+                ready = json.dumps({"pid": os.getpid()}).encode()
+                if self.listener is not None:
+                    P.send_frame(self.sock, P.READY, ready, [self.listener.fileno()])
+                    self.listener.close()
+                    self.listener = None
+                else:
+                    P.send_frame(self.sock, P.READY, ready)
                 if not self.fresh:  # a resumed copy: the next request's, while the host reads READY
                     self._checkpoint()
                 frames = self.frames = P.FrameBuffer()
@@ -752,6 +760,7 @@ def prepare(
     restarted: bool,
     execution_count: int = 0,
     channel_fd: int = -1,
+    listener: socket.socket | None = None,
 ) -> Callable[[], None]:
     """Set up the session in a sandboxed, forked worker; returns its loop, which serves requests
     until the host closes the socket.
@@ -768,6 +777,7 @@ def prepare(
         os.set_inheritable(channel_fd, False)
         channel = socket.socket(fileno=channel_fd)
     worker = _Worker(sock, interrupt_fd, session, runtime, limits, boundary, channel)
+    worker.listener = listener
     # engine.interrupt and abandoned calls: the host writes the request id to the interrupt pipe and
     # the zygote sends SIGUSR1. The watchdog raises in the code at its next pass, with the same
     # race-free machinery as a timeout.

@@ -368,6 +368,10 @@ class _Zygote:
             _close_all_but(keep)
             workspace = request["workspace"]
             os.environ.update({"HOME": workspace, "TMPDIR": workspace, "PWD": workspace})
+            os.environ.update(request.get("env", {}))  # the session's proxy and secrets' placeholders
+            listener = None
+            if self.prepared.config.egress_port is not None:
+                listener = _sandbox.egress_listener(self.prepared)
             if "tempfile" in sys.modules:  # it caches the directory it found first; find it again
                 import tempfile
 
@@ -390,6 +394,7 @@ class _Zygote:
                 restarted=request["restarted"],
                 execution_count=int(request.get("execution_count", 0)),
                 channel_fd=channel_fd,
+                listener=listener,
             )
         except SandboxError as exc:
             _write_all(2, f"worker sandbox setup failed: {exc}\n".encode())

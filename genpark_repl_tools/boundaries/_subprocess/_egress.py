@@ -1,0 +1,91 @@
+"""A boundary's side of the egress proxy: each session's proxy session, environment and network line.
+
+Security model: host code. A worker of a boundary with a network policy binds a loopback port in a
+network namespace of its own and passes the listening socket out with its READY; the proxy serves it as
+that session's listener, so a connection's session is the worker it came from, never what it says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import socket
+import threading
+
+from ...egress import EgressProxy, NetworkPolicy, summarise
+
+__all__ = ["EGRESS_PORT", "SessionEgress"]
+
+# The port a worker's listener takes on its own loopback: every session sees the same proxy URL.
+EGRESS_PORT = 3128
+# How long a run's report waits for the proxy to see connections its cell closed.
+_SETTLE_S = 0.05
+
+
+class SessionEgress:
+    """The proxy sessions of one boundary's sessions (thread-safe)."""
+
+    def __init__(self, policy: NetworkPolicy, proxy: EgressProxy | None) -> None:
+        self.policy = policy
+        self.proxy = proxy if proxy is not None else EgressProxy()
+        self._owns_proxy = proxy is None
+        self._key = os.urandom(32)
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}  # session -> records reported so far
+
+    def environment(self, session: str) -> dict[str, str]:
+        """The session's proxy variables and secrets' placeholders; opens its proxy session if needed.
+
+        A placeholder is the same for the session as long as this boundary lives (derived from a key
+        of its own), so one the code kept in a variable still works after the session hibernated."""
+        placeholders = {name: self._placeholder(session, name) for name in self.policy.secrets}
+        with self._lock:
+            if session not in self._open:
+                endpoint = self.proxy.open_session(session, self.policy, tcp=False, placeholders=placeholders)
+                self._open[session] = 0
+            else:
+                endpoint = None
+        env = dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"), self.url)
+        env.update({"NO_PROXY": "", "no_proxy": ""})
+        env.update(endpoint.placeholders if endpoint is not None else placeholders)
+        return env
+
+    def _placeholder(self, session: str, name: str) -> str:
+        digest = hmac.new(self._key, f"{session}\0{name}".encode(), hashlib.sha256).hexdigest()
+        return "genpark-secret-" + digest[:32]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{EGRESS_PORT}"
+
+    def serve(self, session: str, listener: socket.socket) -> None:
+        self.proxy.serve_listener(session, listener)
+
+    def report(self, session: str) -> str:
+        """The network line for what the session's connections did since the last report ("" if none)."""
+        with self._lock:
+            seen = self._open.get(session)
+        if seen is None:
+            return ""
+        self.proxy.settle(session, _SETTLE_S)
+        records, total = self.proxy.records_since(session, seen)
+        with self._lock:
+            if session in self._open:
+                self._open[session] = total
+        return summarise(records)
+
+    def close_session(self, session: str) -> None:
+        with self._lock:
+            if self._open.pop(session, None) is None:
+                return
+        self.proxy.close_session(session)
+
+    def close(self) -> None:
+        with self._lock:
+            sessions = list(self._open)
+            self._open.clear()
+        for session in sessions:
+            self.proxy.close_session(session)
+        if self._owns_proxy:
+            self.proxy.close()
