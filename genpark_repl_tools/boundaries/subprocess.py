@@ -194,16 +194,19 @@ class SubprocessBoundary(BaseBoundary):
         self._sessions: SessionTable[_SessionState] = SessionTable(limits.max_sessions)
         self._evicted: OrderedDict[str, None] = OrderedDict()  # guarded by self._sessions.lock
         self._make_room: Callable[[list[str]], bool] | None = None
-        network_policy = None
+        self._egress: SessionEgress | None = None
         if not isinstance(network, bool):
             from ..egress import NetworkPolicy
-            from ._subprocess._egress import EGRESS_PORT
+            from ._subprocess._egress import SessionEgress
 
             if not isinstance(network, NetworkPolicy):
                 raise TypeError(
                     f"network must be True, False or a NetworkPolicy, not {type(network).__name__}"
                 )
-            network_policy = network
+            self._egress = SessionEgress(network, egress_proxy)
+            # Its folder (the engine's certificate authority, for secrets over HTTPS) is the
+            # workers' to read.
+            read_paths = [*read_paths, self._egress.folder]
         elif egress_proxy is not None:
             raise ValueError("egress_proxy serves a NetworkPolicy: pass network=NetworkPolicy(allow=[...])")
         config = zygote_config(
@@ -217,7 +220,7 @@ class SubprocessBoundary(BaseBoundary):
             preload=preload,
             max_processes=max_processes,
             checkpoints=checkpoints,
-            egress_port=None if network_policy is None else EGRESS_PORT,
+            egress_port=None if self._egress is None else self._egress.port,
             egress_in_place=self._egress_in_place,
         )
         try:
@@ -225,12 +228,10 @@ class SubprocessBoundary(BaseBoundary):
         except BaseException:  # an interpreter or zygote that cannot start: the temporary root goes too
             if self._owns_root:
                 shutil.rmtree(self._root, ignore_errors=True)
+            if self._egress is not None:
+                self._egress.close()
             raise
-        self._egress: SessionEgress | None = None
-        if network_policy is not None:
-            from ._subprocess._egress import SessionEgress
-
-            self._egress = self._pool.egress = SessionEgress(network_policy, egress_proxy)
+        self._pool.egress = self._egress
         # The finalizer must not reference self: it runs when a boundary is dropped without close().
         self._finalizer = weakref.finalize(
             self, _emergency_cleanup, self._pool, self._root if self._owns_root else None

@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import shutil
 import socket
+import tempfile
 import threading
 
 from ...egress import EgressProxy, NetworkPolicy, summarise
@@ -33,6 +35,11 @@ class SessionEgress:
         self._key = os.urandom(32)
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}  # session -> records reported so far
+        self.port = EGRESS_PORT
+        # Files the workers read (made here, before the zygote opens its read paths): searchable
+        # and readable by the workers' user, written by the host only.
+        self.folder = tempfile.mkdtemp(prefix="genpark-egress-")
+        os.chmod(self.folder, 0o755)
 
     def environment(self, session: str) -> dict[str, str]:
         """The session's proxy variables and secrets' placeholders; opens its proxy session if needed.
@@ -89,3 +96,4 @@ class SessionEgress:
             self.proxy.close_session(session)
         if self._owns_proxy:
             self.proxy.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
