@@ -1,0 +1,251 @@
+"""Network by name on a sandboxed boundary: a session reaches exactly what its NetworkPolicy lists.
+
+The sessions run in real sandboxed workers; their only way out is the engine's egress proxy, whose
+resolver maps the test names to the loopback servers of conftest.py. Nothing leaves this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from genpark_repl_tools import ReplEngine
+from genpark_repl_tools.egress import EgressProxy, NetworkPolicy, Secret
+
+if TYPE_CHECKING:
+    from conftest import Certificates, Recorder, Server
+
+Resolver = Callable[[str], Sequence[str]]
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandboxed boundary is Linux's")
+
+VALUE = "tok-the-real-value-0193"
+
+
+@pytest.fixture
+def network(http_server: Server, https_server: Server) -> NetworkPolicy:
+    h, s = http_server.port, https_server.port
+    return NetworkPolicy(
+        allow=[f"api.test:{h}", f"api.test:{s}", f"127.0.0.1:{h}", f"127.0.0.1:{s}", "internal.test", "metadata.test"],
+        secrets={"API_TOKEN": Secret(value=VALUE, hosts=[f"api.test:{h}"])},
+    )
+
+
+@pytest.fixture
+def engine(network: NetworkPolicy, recorder: Recorder, resolver: Resolver) -> Iterator[ReplEngine]:
+    proxy = EgressProxy(resolver=resolver, on_record=recorder, header_timeout=2.0, idle_timeout=10)
+    engine = ReplEngine(policy="trusted", boundary="subprocess", network=network, egress_proxy=proxy)
+    try:
+        yield engine
+    finally:
+        engine.close()
+        proxy.close()
+
+
+def _get(engine: ReplEngine, url: str, session: str = "a", headers: str = "{}") -> dict[str, object]:
+    """What a urllib GET from inside the session got: status and body, or the error."""
+    result = engine.run(
+        "import json, urllib.request, urllib.error\n"
+        "try:\n"
+        f"    r = urllib.request.urlopen(urllib.request.Request({url!r}, headers={headers}), timeout=5)\n"
+        "    out = {'status': r.status, 'body': r.read().decode()}\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    out = {'status': e.code, 'reason': e.reason}\n"
+        "except OSError as e:\n"
+        "    out = {'error': str(e)}\n"
+        "print(json.dumps(out))",
+        session=session,
+    )
+    assert result.status == "ok", result
+    answer: dict[str, object] = json.loads(result.stdout)
+    answer["notes"] = result.notes
+    return answer
+
+
+def test_an_allowed_name_is_reached_through_the_proxy_and_the_run_says_so(
+    engine: ReplEngine, http_server: Server, recorder: Recorder
+) -> None:
+    answer = _get(engine, f"http://api.test:{http_server.port}/hello")
+    assert answer["status"] == 200
+    assert json.loads(str(answer["body"]))["path"] == "/hello"
+    assert answer["notes"] == ["network: 1 connection to api.test"]
+    assert [(r.session, r.host, r.verdict) for r in recorder.records] == [("a", "api.test", "allowed")]
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [
+        ("evil.test", "not in the allow list"),
+        ("127.0.0.2", "not in the allow list"),  # an IP literal not listed
+        ("internal.test", "private"),  # listed, but resolves to a private address
+        ("metadata.test", "metadata"),
+    ],
+)
+def test_what_the_policy_does_not_allow_is_refused_and_recorded(
+    engine: ReplEngine, http_server: Server, recorder: Recorder, host: str, why: str
+) -> None:
+    port = http_server.port if "." in host and not host[0].isdigit() else 80
+    answer = _get(engine, f"http://{host}:{port}/")
+    assert answer.get("status") in (403, 502) or "error" in answer, answer
+    assert answer["notes"] == [f"network: 1 refused: {host}"]
+    (record,) = recorder.records
+    assert record.verdict == "refused" and record.host == host
+    assert why in record.reason or record.reason, record
+
+
+def test_a_redirect_to_a_name_not_listed_is_refused(engine: ReplEngine, http_server: Server) -> None:
+    to = f"http://evil.test:{http_server.port}/x"
+    answer = _get(engine, f"http://api.test:{http_server.port}/redirect?to={to}")
+    assert answer.get("status") == 403, answer
+    assert answer["notes"] == ["network: 1 connection to api.test; 1 refused: evil.test"]
+
+
+def test_no_route_around_the_proxy(engine: ReplEngine, http_server: Server) -> None:
+    """Direct connections go nowhere: the worker's own namespace has only its loopback, where the
+    only listener is the session's proxy. The host's loopback server is not there."""
+    result = engine.run(
+        "import socket\n"
+        "def reach(address):\n"
+        "    s = socket.socket(); s.settimeout(2)\n"
+        "    try:\n"
+        "        s.connect(address); return 'connected'\n"
+        "    except OSError as e:\n"
+        "        return type(e).__name__\n"
+        "    finally:\n"
+        "        s.close()\n"
+        f"print(reach(('127.0.0.1', {http_server.port})), reach(('10.1.2.3', 80)), reach(('127.0.0.1', 3128)))",
+    )
+    assert result.stdout.split() == ["ConnectionRefusedError", "OSError", "connected"], result
+
+
+def test_https_goes_through_a_connect_tunnel_with_the_servers_own_certificate(
+    engine: ReplEngine, https_server: Server, certificates: Certificates
+) -> None:
+    engine.upload("a", "ca.pem", certificates.ca.read_bytes())
+    result = engine.run(
+        "import ssl, urllib.request\n"
+        "context = ssl.create_default_context(cafile='ca.pem')\n"
+        "handler = urllib.request.HTTPSHandler(context=context)\n"
+        "opener = urllib.request.build_opener(handler)\n"
+        f"print(opener.open('https://api.test:{https_server.port}/tls', timeout=5).status)",
+        session="a",
+    )
+    assert result.status == "ok" and result.stdout.strip() == "200", result
+    assert result.notes == ["network: 1 connection to api.test"]
+    assert https_server.received[-1]["path"] == "/tls"
+
+
+@pytest.mark.parametrize("library", ["requests", "httpx"])
+def test_requests_and_httpx_use_the_proxy_unchanged(
+    engine: ReplEngine, http_server: Server, https_server: Server, certificates: Certificates, library: str
+) -> None:
+    pytest.importorskip(library)
+    engine.upload("a", "ca.pem", certificates.ca.read_bytes())
+    verify = "verify='ca.pem'"
+    result = engine.run(
+        f"import {library}\n"
+        f"print({library}.get('http://api.test:{http_server.port}/plain', timeout=5).status_code)\n"
+        f"print({library}.get('https://api.test:{https_server.port}/tls', timeout=5, {verify}).status_code)\n"
+        "try:\n"
+        f"    {library}.get('http://evil.test:{http_server.port}/', timeout=5)\n"
+        "except Exception as e:\n"
+        "    print('refused', type(e).__name__)\n",
+        session="a",
+    )
+    assert result.status == "ok", result
+    lines = result.stdout.split("\n")
+    assert lines[:2] == ["200", "200"], result.stdout
+    assert "network: 2 connections to api.test; 1 refused: evil.test" in result.notes
+
+
+def test_the_secret_reaches_its_host_and_never_the_sandbox(
+    engine: ReplEngine, http_server: Server, tmp_path: Path
+) -> None:
+    # The test server echoes what it got; the cell keeps only the status, as a server that does not
+    # echo credentials would leave it.
+    sent = engine.run(
+        "import os, urllib.request\n"
+        f"request = urllib.request.Request('http://api.test:{http_server.port}/secret')\n"
+        "request.add_header('Authorization', 'Bearer ' + os.environ['API_TOKEN'])\n"
+        "with urllib.request.urlopen(request, timeout=5) as r:\n"
+        "    status = r.status\n"
+        "del request, r\n"
+        "print(status)",
+        session="a",
+    )
+    assert sent.stdout.strip() == "200", sent
+    assert http_server.received[-1]["headers"]["Authorization"] == f"Bearer {VALUE}"  # type: ignore[index]
+    # What the session holds: its environment, output, files and a snapshot of its memory.
+    seen = engine.run(
+        "import os\nenv = dict(os.environ)\nopen('env.txt', 'w').write(repr(env))\nprint(env['API_TOKEN'])",
+        session="a",
+    )
+    assert seen.stdout.startswith("genpark-secret-")
+    assert VALUE not in seen.stdout + sent.stdout + str(sent.changes)
+    assert all(VALUE.encode() not in engine.download("a", f.name) for f in engine.files("a"))
+    assert VALUE.encode() not in engine.snapshot("a").to_bytes()
+
+
+def test_each_session_has_its_own_proxy(engine: ReplEngine, http_server: Server, recorder: Recorder) -> None:
+    _get(engine, f"http://api.test:{http_server.port}/", session="a")
+    answer = _get(engine, f"http://evil.test:{http_server.port}/", session="b")
+    assert answer["notes"] == ["network: 1 refused: evil.test"]
+    assert [(r.session, r.verdict) for r in recorder.records] == [("a", "allowed"), ("b", "refused")]
+
+
+def test_the_network_survives_a_cell_that_kills_its_worker(engine: ReplEngine, http_server: Server) -> None:
+    assert _get(engine, f"http://api.test:{http_server.port}/one")["status"] == 200
+    engine.run("x = 1", session="a")
+    crashed = engine.run("import os; os._exit(3)", session="a")
+    assert crashed.status == "crashed" and crashed.rolled_back
+    assert engine.run("x", session="a").value == "1"
+    assert _get(engine, f"http://api.test:{http_server.port}/two")["status"] == 200
+    engine.close("a")  # a new worker of a new session: a new namespace, served again
+    assert _get(engine, f"http://api.test:{http_server.port}/three")["status"] == 200
+
+
+def test_a_placeholder_kept_in_a_variable_still_works_after_hibernation(
+    network: NetworkPolicy, recorder: Recorder, resolver: Resolver, http_server: Server, tmp_path: Path
+) -> None:
+    from genpark_repl_tools.stores import SQLiteStore
+
+    proxy = EgressProxy(resolver=resolver, on_record=recorder)
+    engine = ReplEngine(
+        policy="trusted",
+        boundary="subprocess",
+        network=network,
+        egress_proxy=proxy,
+        store=SQLiteStore(tmp_path / "s.db"),
+        snapshot_key=b"k" * 32,
+    )
+    try:
+        engine.run("import os\ntoken = os.environ['API_TOKEN']", session="a")
+        assert engine.hibernate("a")
+        answer = _get(engine, f"http://api.test:{http_server.port}/later", headers="{'X-Token': token}")
+        assert answer["status"] == 200
+        assert http_server.received[-1]["headers"]["X-Token"] == VALUE  # type: ignore[index]
+    finally:
+        engine.close()
+        proxy.close()
+
+
+def test_bad_options_are_refused_clearly() -> None:
+    with pytest.raises(TypeError, match="NetworkPolicy"):
+        ReplEngine(boundary="subprocess", network=["api.test"])
+    with pytest.raises(ValueError, match="egress_proxy serves a NetworkPolicy"):
+        ReplEngine(boundary="subprocess", egress_proxy=EgressProxy())
+
+
+def test_the_egress_folder_goes_with_the_engine(network: NetworkPolicy) -> None:
+    engine = ReplEngine(policy="trusted", boundary="subprocess", network=network)
+    folder = Path(engine.boundary._egress.folder)  # type: ignore[attr-defined]
+    assert folder.is_dir()
+    engine.close()
+    assert not folder.exists()
+    shutil.rmtree(folder, ignore_errors=True)
