@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 
 Resolver = Callable[[str], Sequence[str]]
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandboxed boundary is Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the sandboxed boundary is Linux's"
+)
 
 VALUE = "tok-the-real-value-0193"
 
@@ -32,7 +34,12 @@ VALUE = "tok-the-real-value-0193"
 def network(http_server: Server, https_server: Server) -> NetworkPolicy:
     h, s = http_server.port, https_server.port
     return NetworkPolicy(
-        allow=[f"api.test:{h}", f"api.test:{s}", f"127.0.0.1:{h}", f"127.0.0.1:{s}", "internal.test", "metadata.test"],
+        allow=[
+            *(f"api.test:{p}" for p in (h, s)),
+            *(f"127.0.0.1:{p}" for p in (h, s)),
+            "internal.test",
+            "metadata.test",
+        ],
         secrets={"API_TOKEN": Secret(value=VALUE, hosts=[f"api.test:{h}"])},
     )
 
@@ -119,7 +126,8 @@ def test_no_route_around_the_proxy(engine: ReplEngine, http_server: Server) -> N
         "        return type(e).__name__\n"
         "    finally:\n"
         "        s.close()\n"
-        f"print(reach(('127.0.0.1', {http_server.port})), reach(('10.1.2.3', 80)), reach(('127.0.0.1', 3128)))",
+        f"print(reach(('127.0.0.1', {http_server.port})), reach(('10.1.2.3', 80)),"
+        " reach(('127.0.0.1', 3128)))",
     )
     assert result.stdout.split() == ["ConnectionRefusedError", "OSError", "connected"], result
 
