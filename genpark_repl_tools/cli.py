@@ -50,6 +50,7 @@ from .policy import Policy
 from .tools import ToolReply
 
 if TYPE_CHECKING:
+    from .egress import NetworkPolicy
     from .stores import SessionStore
 
 __all__ = [
@@ -197,6 +198,15 @@ def _engine_opts() -> argparse.ArgumentParser:
     )
     engine_opts.add_argument(
         "--no-preload", action="store_true", default=argparse.SUPPRESS, help="mcp: preload nothing"
+    )
+    engine_opts.add_argument(
+        "--allow-host",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="ENTRY",
+        help="a name the sandboxed code may reach, through an egress proxy on this host: host:port, "
+        "*.domain:port, host (ports 80 and 443) or address:port (repeatable; needs --policy trusted "
+        "and the subprocess or docker boundary; docs/network.md)",
     )
     # The container boundary's settings (docs/container.md); each needs --boundary docker.
     for flag, kind, metavar, text in _DOCKER_FLAGS:
@@ -376,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"bearer tokens, one a line (TOKEN or NAME TOKEN); or set ${_TOKENS_ENV}",
     )
     http.add_argument(
-        "--allow-host",
+        "--accept-host",
         action="append",
         default=[],
         metavar="HOST",
@@ -499,6 +509,13 @@ def _make_engine(
         names = {"--workspace-allow": "workspace_allowlist"}
         options.update({names.get(flag, flag[2:].replace("-", "_")): value for flag, value in given.items()})
     name = policy or getattr(args, "policy", None)
+    if hasattr(args, "allow_host"):
+        if "--network" in given:
+            raise UsageError(
+                "--allow-host and --network: choose one (--allow-host: only the listed names, through "
+                "the egress proxy; --network NAME: whatever that Docker network reaches)"
+            )
+        options["network"] = _network_policy(args.allow_host, options["boundary"], name)
     if name is not None:
         options["policy"] = name
     if store is not None:
@@ -517,6 +534,39 @@ def _make_engine(
         raise UsageError(f"invalid limit ({problems})") from exc
     except (ValueError, TypeError, ReplError) as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _network_policy(entries: Sequence[str], boundary: str, policy: str | None) -> NetworkPolicy:
+    """--allow-host: the names the sessions' code may reach through the engine's egress proxy."""
+    if boundary == "inprocess":
+        raise UsageError(
+            "--allow-host needs a sandboxed boundary (subprocess or docker): in-process code has this "
+            "process's whole network, which cannot be confined to a list of names"
+        )
+    if boundary not in ("subprocess", "auto", "docker"):
+        raise UsageError(f"--allow-host needs --boundary subprocess or docker, not {boundary}")
+    from .egress import NetworkPolicy
+
+    try:
+        network = NetworkPolicy(allow=entries)
+    except ValidationError as exc:
+        # The entry's own message (it names the entry), without pydantic's wrapping.
+        error = exc.errors()[0]
+        raise UsageError(f"--allow-host {error.get('ctx', {}).get('error', error['msg'])}") from None
+    name = policy or DEFAULT_POLICY
+    try:
+        restricted = Policy.preset(name).restricted
+    except ValueError:  # an unknown name: the engine says so when it is built
+        restricted = False
+    if restricted:
+        # Restricted policies refuse every socket in the code itself (their audit hook), so the
+        # proxy would never see a request. Changing the policy is the user's call, not ours.
+        raise UsageError(
+            f"--allow-host: policy '{name}' refuses all network access in the code, so no listed name "
+            "could be reached; add --policy trusted (the sandbox still confines the code, and the "
+            "proxy lets it reach only the listed names)"
+        )
+    return network
 
 
 _SAID_UNAVAILABLE: set[str] = set()
@@ -747,7 +797,7 @@ def _serve_mcp(
             tokens=tokens,
             limits=http_limits,
             path=args.path,
-            allowed_hosts=tuple(args.allow_host),
+            allowed_hosts=tuple(args.accept_host),
             log_level=args.log_level,
             fork=args.fork,
         )
@@ -783,6 +833,8 @@ def _sandboxed_engine(
             return engine
     if hasattr(args, "memory_mb") or hasattr(args, "cpu_s"):
         raise UsageError(f"{reason}; --memory-mb and --cpu-s need it")
+    if hasattr(args, "allow_host"):
+        raise UsageError(f"{reason}; --allow-host needs it")
     print(
         f"{_PROG}: {reason}; running code in-process instead: the policy's guards without an OS "
         "sandbox (docs/security.md). --boundary inprocess silences this.",
