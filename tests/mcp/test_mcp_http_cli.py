@@ -104,7 +104,7 @@ def test_tokens_from_the_environment(tmp_path: Path) -> None:
 
 
 def test_a_foreign_host_header_is_refused_unless_allowed(tmp_path: Path) -> None:
-    # DNS-rebinding protection on loopback; a reverse proxy's public name is let in with --allow-host.
+    # DNS-rebinding protection on loopback; a reverse proxy's public name is let in with --accept-host.
     import httpx
 
     body = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
@@ -118,7 +118,7 @@ def test_a_foreign_host_header_is_refused_unless_allowed(tmp_path: Path) -> None
     with run_http_server(tmp_path, *options) as server:
         refused = httpx.post(server.url, content=body, headers=headers, timeout=30)
         assert refused.status_code == 421, refused.text
-    with run_http_server(tmp_path, *options, "--allow-host", "mcp.example.com") as server:
+    with run_http_server(tmp_path, *options, "--accept-host", "mcp.example.com") as server:
         allowed = httpx.post(server.url, content=body, headers=headers, timeout=30)
         assert allowed.status_code != 421, allowed.text
         assert "Invalid Host header" not in allowed.text
