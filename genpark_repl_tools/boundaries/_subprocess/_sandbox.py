@@ -64,6 +64,7 @@ _NR_LANDLOCK_ADD_RULE = 445
 _NR_LANDLOCK_RESTRICT_SELF = 446
 _LANDLOCK_CREATE_RULESET_VERSION = 1
 _LANDLOCK_RULE_PATH_BENEATH = 1
+_LANDLOCK_RULE_NET_PORT = 2
 _FS_EXECUTE = 1 << 0
 _FS_WRITE_FILE = 1 << 1
 _FS_READ_FILE = 1 << 2
@@ -290,7 +291,9 @@ def prepare(config: SandboxConfig) -> Prepared:
         _enter_network_namespace(prepared)
     _build_seccomp(
         prepared,
-        block_inet=not config.network and prepared.network_namespace is None,
+        # A network policy's worker binds in a namespace of its own (in a container, the
+        # container's): TCP there reaches only its egress listener (and, with Landlock, only its port).
+        block_inet=not config.network and prepared.network_namespace is None and not config.egress_port,
         block_unix=not config.network,
     )
     _detect_landlock(prepared)
@@ -670,13 +673,21 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _layout_ = "ms"
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 def landlock_rights(prepared: Prepared) -> tuple[int, int, int]:
     """(handled fs, handled net, scoped) for this ABI and configuration."""
     abi = prepared.landlock_abi
     write = _FS_WRITE_V1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     fs = write | (_FS_READ if prepared.config.confine_reads else 0)
     net = 0
-    if abi >= 4 and not prepared.config.network and prepared.network_namespace is None:
+    config = prepared.config
+    # With a network policy, TCP goes only to the egress listener's port (the rule _landlock adds).
+    if abi >= 4 and not config.network and (prepared.network_namespace is None or config.egress_port):
         net = _NET_BIND_TCP | _NET_CONNECT_TCP
     scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0
     return fs, net, scoped
@@ -716,6 +727,11 @@ def _landlock(prepared: Prepared, workspace: str) -> None:
         ws_fd = os.open(workspace, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
         opened.append(ws_fd)
         allow(ws_fd, fs)
+        if net and prepared.config.egress_port:
+            port_rule = _NetPortAttr(_NET_CONNECT_TCP, prepared.config.egress_port)
+            rule_type = _LANDLOCK_RULE_NET_PORT
+            if libc.syscall(_NR_LANDLOCK_ADD_RULE, ruleset, rule_type, ctypes.byref(port_rule), 0):
+                raise OSError(ctypes.get_errno(), f"landlock_add_rule (port): {_errno_text()}")
         if libc.syscall(_NR_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
             raise OSError(ctypes.get_errno(), f"landlock_restrict_self: {_errno_text()}")
     finally:
