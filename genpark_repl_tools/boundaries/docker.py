@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._limits import Limits
 from ..policy import Policy
@@ -25,6 +25,9 @@ from ._docker._pool import ContainerPool
 from ._docker._settings import CONTAINER_WORKSPACE, ContainerSettings, MountRefused, check_mounts
 from ._subprocess._spawn import WorkerPool
 from .subprocess import DEFAULT_MEMORY_MB, SubprocessBoundary
+
+if TYPE_CHECKING:
+    from ..egress import EgressProxy, NetworkPolicy
 
 __all__ = ["DockerBoundary", "MountRefused"]
 
@@ -40,7 +43,10 @@ class DockerBoundary(SubprocessBoundary):
 
     Options (all keyword; those of SubprocessBoundary not listed here work the same):
         image           the image sessions run in (required)
-        network         "none" (default) or a Docker network name: an explicit choice
+        network         "none" (default), a Docker network name (an explicit choice), or a
+                        NetworkPolicy: no network but the names it lists, through the engine's
+                        egress proxy (as on the subprocess boundary; see docs/network.md)
+        egress_proxy    the EgressProxy that serves a NetworkPolicy (default: one of its own)
         cpus            CPUs each container may use (default 1.0; None: no cap)
         pids_limit      processes each container may hold (default 256; None: no cap)
         read_only       read-only root filesystem (default True; /tmp is a tmpfs either way)
@@ -60,6 +66,9 @@ class DockerBoundary(SubprocessBoundary):
     """
 
     name = "docker"
+    # A session's container has a network namespace of its own (--network none: loopback only),
+    # where its worker's egress listener binds.
+    _egress_in_place = True
 
     def __init__(
         self,
@@ -67,7 +76,8 @@ class DockerBoundary(SubprocessBoundary):
         limits: Limits,
         *,
         image: str,
-        network: str = "none",
+        network: str | NetworkPolicy = "none",
+        egress_proxy: EgressProxy | None = None,
         cpus: float | None = 1.0,
         pids_limit: int | None = 256,
         read_only: bool = True,
@@ -99,7 +109,7 @@ class DockerBoundary(SubprocessBoundary):
         self.container = ContainerSettings.build(
             limits,
             image=image,
-            network=network,
+            network=network if isinstance(network, str) else "none",
             cpus=cpus,
             pids_limit=pids_limit,
             read_only=read_only,
@@ -122,7 +132,8 @@ class DockerBoundary(SubprocessBoundary):
             max_workers=max_workers,
             # Inside the container: the network is the container's (none by default), reads are
             # confined to the image's system and Python paths by Landlock, the user is already not root.
-            network=network != "none",
+            network=network != "none" if isinstance(network, str) else network,
+            egress_proxy=egress_proxy,
             read_paths=(),
             user=self.container.uid,
             preload=preload,

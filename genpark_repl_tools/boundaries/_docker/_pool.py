@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._exceptions import BoundaryError, CapacityError
 from ..._limits import Limits
@@ -31,6 +31,9 @@ from .._subprocess._host import OutputSink, WorkerClient
 from .._subprocess._spawn import IDENTITY, WorkerPool, ZygoteClient, package_identity
 from . import _cli
 from ._settings import CONTAINER_RUN_DIR, CONTAINER_WORKSPACE, ContainerSettings
+
+if TYPE_CHECKING:
+    from .._subprocess._egress import SessionEgress
 
 __all__ = ["ContainerPool"]
 
@@ -265,6 +268,7 @@ class ContainerPool:
         self._warm: list[_ContainerWorkerPool] = []
         self._fillers: list[threading.Thread] = []
         self._closed = False
+        self.egress: SessionEgress | None = None  # a network policy's proxy (set by the boundary)
         self._refill()
 
     # ---- what the subprocess boundary calls ----------------------------------------------------
@@ -318,6 +322,7 @@ class ContainerPool:
                 self._pools[session] = pool
             if warm is not None:
                 self._refill()
+        pool.egress = self.egress  # read at each start: a warm container was made before it was set
         try:
             worker = pool.start(session, workspace, restarted=restarted)
         except BaseException:

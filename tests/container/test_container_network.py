@@ -1,0 +1,120 @@
+"""Network by name on the container boundary: a session's container has no network (--network none),
+and its only way out is the engine's egress proxy on the host, for the names its NetworkPolicy lists.
+
+The worker binds the proxy's port on its container's loopback and passes the listening socket to the
+host; the proxy's resolver maps the test names to a server on the host's loopback.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from genpark_repl_tools import Limits
+from genpark_repl_tools.egress import ConnectionRecord, EgressProxy, NetworkPolicy, Secret
+
+VALUE = "tok-container-value-5521"
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = json.dumps({"path": self.path, "token": self.headers.get("X-Token", "")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[int]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _resolve(name: str) -> list[str]:
+    if name in ("api.test", "evil.test"):
+        return ["127.0.0.1"]
+    raise socket.gaierror(socket.EAI_NONAME, "unknown test name")
+
+
+@pytest.fixture
+def records() -> list[ConnectionRecord]:
+    return []
+
+
+@pytest.fixture
+def engine(make_engine: Callable[..., Any], server: int, records: list[ConnectionRecord]) -> Iterator[Any]:
+    proxy = EgressProxy(resolver=_resolve, on_record=records.append, header_timeout=2.0)
+    policy = NetworkPolicy(
+        allow=[f"api.test:{server}", f"127.0.0.1:{server}"],
+        secrets={"API_TOKEN": Secret(value=VALUE, hosts=[f"api.test:{server}"])},
+    )
+    yield make_engine(policy="trusted", network=policy, egress_proxy=proxy, limits=Limits(timeout_s=20))
+    proxy.close()
+
+
+def _get(engine: Any, url: str, session: str = "s") -> Any:
+    result = engine.run(
+        "import os, urllib.request, urllib.error\n"
+        f"request = urllib.request.Request({url!r}, headers={{'X-Token': os.environ['API_TOKEN']}})\n"
+        "try:\n"
+        "    with urllib.request.urlopen(request, timeout=10) as r:\n"
+        "        out = (r.status, r.read().decode())\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    out = (e.code, e.reason)\n"
+        "out",
+        session=session,
+    )
+    assert result.status == "ok", result
+    return result
+
+
+def test_a_listed_name_is_reached_and_the_secret_only_there(
+    engine: Any, server: int, records: list[ConnectionRecord]
+) -> None:
+    result = _get(engine, f"http://api.test:{server}/in")
+    status, body = eval(result.value)
+    assert status == 200 and json.loads(body) == {"path": "/in", "token": VALUE}
+    assert result.notes == ["network: 1 connection to api.test"]
+    env = engine.run("import os; os.environ['API_TOKEN'], os.environ['HTTP_PROXY']", session="s")
+    assert eval(env.value) == (eval(env.value)[0], "http://127.0.0.1:3128")
+    assert eval(env.value)[0].startswith("genpark-secret-")
+
+
+def test_a_name_not_listed_is_refused_and_there_is_no_other_way_out(
+    engine: Any, server: int, records: list[ConnectionRecord]
+) -> None:
+    result = _get(engine, f"http://evil.test:{server}/")
+    assert eval(result.value)[0] == 403
+    assert result.notes == ["network: 1 refused: evil.test"]
+    direct = engine.run(
+        "import socket\ns = socket.socket(); s.settimeout(3)\n"
+        f"try:\n    s.connect(('127.0.0.1', {server})); out = 'connected'\n"
+        "except OSError as e:\n    out = type(e).__name__\nout",
+        session="s",
+    )
+    assert direct.value in ("'ConnectionRefusedError'", "'PermissionError'"), direct
+    assert [(r.session, r.host, r.verdict) for r in records] == [("s", "evil.test", "refused")]
+
+
+def test_the_proxy_still_serves_a_session_rolled_back_and_a_second_session(engine: Any, server: int) -> None:
+    assert eval(_get(engine, f"http://api.test:{server}/a").value)[0] == 200
+    engine.run("x = 7", session="s")
+    crashed = engine.run("import os; os._exit(1)", session="s")
+    assert crashed.rolled_back, crashed
+    assert engine.run("x", session="s").value == "7"
+    assert eval(_get(engine, f"http://api.test:{server}/b").value)[0] == 200
+    assert eval(_get(engine, f"http://api.test:{server}/c", session="t").value)[0] == 200
