@@ -173,6 +173,10 @@ _SYSTEM_READ_PATHS = (
     "/etc/gai.conf",
     "/etc/mime.types",
     "/etc/os-release",
+    "/etc/lsb-release",
+    "/etc/debian_version",  # pip's user agent reads these (and fails without them)
+    "/etc/pip.conf",
+    "/etc/xdg/pip",
     "/etc/locale.alias",
     "/etc/fonts",
     "/etc/matplotlibrc",

@@ -50,6 +50,8 @@ _MAX_FDS_PER_MESSAGE = 16
 _PARENT_CHECK_S = 1.0
 _SHUTDOWN_WAIT_S = 5.0
 _EXIT_SETUP_FAILED = 70
+# Where `pip install` puts packages in a session with a network policy (in its workspace).
+PACKAGES_DIR = ".python-packages"
 
 # Each spawn request carries the worker's socket, its stdout and stderr pipes, and the read end of
 # its interrupt pipe (request ids the host wants stopped; a SIGUSR1 from here rings the bell).
@@ -381,6 +383,8 @@ class _Zygote:
                 # The policy's own file rules and Landlock must name the same directory: this one.
                 runtime = cast("RestrictedRuntime", runtime).with_workspace(workspace)
             _sandbox.apply(self.prepared, workspace)
+            if self.prepared.config.egress_port is not None:
+                _packages_in_workspace(workspace)
             os.set_inheritable(sock_fd, False)
             sock = socket.socket(fileno=sock_fd)
             os.set_inheritable(interrupt_fd, False)
@@ -613,6 +617,16 @@ class _Zygote:
 
 
 # ---- helpers ----------------------------------------------------------------------------------------
+
+
+def _packages_in_workspace(workspace: str) -> None:
+    """With a network policy, `pip install` in a session installs into its workspace (the only place
+    it may write, and kept with it), and what is installed there can be imported."""
+    packages = os.path.join(workspace, PACKAGES_DIR)
+    os.environ.update({"PIP_TARGET": packages, "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    with contextlib.suppress(OSError):  # a full workspace: pip says so when it is used
+        os.makedirs(packages, exist_ok=True)
+    sys.path.append(packages)  # after the interpreter's own: an install cannot shadow what is there
 
 
 def _kill_group(pid: int) -> None:
