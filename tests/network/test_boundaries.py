@@ -261,3 +261,83 @@ def test_the_egress_folder_goes_with_the_engine(network: NetworkPolicy) -> None:
     engine.close()
     assert not folder.exists()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wheel(folder: Path, name: str, version: str, source: str) -> Path:
+    """A minimal pure-Python wheel of one module, made here (no build tool, no network)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": source.encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel
+
+
+@pytest.fixture
+def package_index(tmp_path: Path) -> Iterator[int]:
+    """A package index (PEP 503 simple layout) on loopback holding one wheel."""
+    import functools
+    import http.server
+    import threading
+
+    wheel = _wheel(tmp_path, "genpark_tiny", "1.0", "ANSWER = 42\n")
+    project = tmp_path / "simple" / "genpark-tiny"
+    project.mkdir(parents=True)
+    (project / "index.html").write_text(f'<a href="/{wheel.name}">{wheel.name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_pip_install_reaches_an_allowed_index_and_installs_into_the_workspace(
+    package_index: int, resolver: Resolver
+) -> None:
+    index = f"http://127.0.0.1:{package_index}/simple"
+    proxy = EgressProxy(resolver=resolver)
+    engine = ReplEngine(
+        policy="trusted",
+        boundary="subprocess",
+        network=NetworkPolicy(allow=[f"127.0.0.1:{package_index}"]),
+        egress_proxy=proxy,
+        env={"PIP_INDEX_URL": index},
+    )
+    try:
+        result = engine.run(
+            "import subprocess, sys\n"
+            "p = subprocess.run([sys.executable, '-m', 'pip', 'install', 'genpark-tiny'],"
+            " capture_output=True, text=True, timeout=120)\n"
+            "print(p.returncode, p.stderr[-2000:])\n"
+            "import genpark_tiny\n"
+            "print(genpark_tiny.ANSWER, genpark_tiny.__file__)",
+        )
+        assert result.status == "ok", result
+        code, answer, where = result.stdout.split()[0], *result.stdout.split()[-2:]
+        assert (code, answer) == ("0", "42"), result.stdout
+        workspace = engine.boundary.session_workspace("default")
+        assert workspace is not None
+        assert Path(where) == workspace.path / ".python-packages" / "genpark_tiny.py"
+        assert result.notes[-1].startswith("network: ") and "connection" in result.notes[-1]
+        # Never into the interpreter's own environment.
+        assert not any(Path(p, "genpark_tiny.py").exists() for p in sys.path if p)
+    finally:
+        engine.close()
+        proxy.close()
