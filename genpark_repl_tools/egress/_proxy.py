@@ -8,7 +8,10 @@ URI, whose host the Host header must repeat. It resolves names itself and refuse
 to a loopback, private, link-local, multicast, reserved or metadata address unless an entry lists that
 exact address. Header sizes, header-read times, connections at once and bytes per session are bounded;
 one client's malformed, slow or flooding connections cost only its own session's quota. It does not
-inspect what flows inside an allowed TLS tunnel.
+inspect what flows inside an allowed TLS tunnel, except for a host one of the session's secrets lists:
+there it terminates TLS with a certificate from its own authority (which the session trusts), reads the
+HTTP/1.1 request inside, writes the secret in as for plain HTTP, and forwards it over TLS of its own to
+the server, whose certificate it verifies.
 """
 
 from __future__ import annotations
@@ -22,16 +25,19 @@ import os
 import re
 import secrets as _secrets
 import socket
+import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from ._policy import NetworkPolicy, non_public_kind, normalise_host, parse_address
+from ._authority import CertificateAuthority, system_ca_pem
+from ._policy import Entry, NetworkPolicy, non_public_kind, normalise_host, parse_address
 from ._records import ConnectionRecord, Verdict
-from ._tls import NotClientHello, read_client_hello, server_name
+from ._tls import NotClientHello, TLSStream, read_client_hello, server_name
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +64,29 @@ _LOOKUPS_PER_SESSION = 4
 _LOOKUP_THREADS = 64
 _PLACEHOLDER_LENGTH = len("genpark-secret-") + 32
 _UPSTREAM_HEAD = 1 << 18  # a server's response head (cookies can be large); the server is one we chose
+# Where OpenSSL-based clients (urllib, httpx), requests, curl and pip look for the certificates to trust.
+_CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT")
 
 
 def _system_resolver(name: str) -> list[str]:
     # Not made absolute with a trailing dot: names in /etc/hosts would stop resolving. What a search
     # domain might add resolves to the local network, which the address check refuses.
     return [str(info[4][0]) for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)]
+
+
+class _Reader(Protocol):
+    """A client's or a server's byte stream: asyncio's, or the plaintext inside a terminated TLS."""
+
+    async def readuntil(self, separator: bytes) -> bytes: ...
+    async def readexactly(self, n: int) -> bytes: ...
+    async def read(self, n: int) -> bytes: ...
+
+
+class _Writer(Protocol):
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def can_write_eof(self) -> bool: ...
+    def write_eof(self) -> None: ...
 
 
 class Refused(Exception):
@@ -88,6 +111,7 @@ class _Connection:
     bytes_up: int = 0
     bytes_down: int = 0
     body_tail: bytes = b""
+    reply: _Writer | None = None  # where a refusal is answered, once TLS is terminated: inside it
 
 
 @dataclass
@@ -95,6 +119,7 @@ class _Session:
     name: str
     policy: NetworkPolicy
     placeholders: dict[str, str]  # placeholder -> secret name
+    terminated: tuple[Entry, ...]  # the secrets' hosts: TLS to these is terminated, to write them in
     server: asyncio.AbstractServer | None = None
     adopted: asyncio.AbstractServer | None = None  # a listener handed in by serve_listener
     active: int = 0
@@ -132,16 +157,19 @@ class SessionEndpoint:
             raise ValueError("only a TCP listener has a URL: forward a loopback port inside the sandbox")
         return f"http://{self.address[0]}:{self.address[1]}"
 
-    def environment(self, proxy_url: str | None = None) -> dict[str, str]:
+    def environment(self, proxy_url: str | None = None, ca_file: str | None = None) -> dict[str, str]:
         """The variables urllib, requests, httpx and pip read, plus the secrets' placeholders.
 
         `proxy_url` is the proxy as the session sees it (a forwarded port inside its sandbox); by default
-        the host's own listener.
+        the host's own listener. `ca_file` is the bundle `EgressProxy.write_ca_bundle` wrote, as the
+        session sees it: the certificates the session's clients trust, named in the variables they read.
         """
         url = proxy_url or self.url
         env = dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"), url)
         # A NO_PROXY inherited from the host would send those names around the proxy, into nothing.
         env.update({"NO_PROXY": "", "no_proxy": ""})
+        if ca_file is not None:
+            env.update(dict.fromkeys(_CA_VARIABLES, ca_file))
         env.update(self.placeholders)
         return env
 
@@ -154,7 +182,9 @@ class EgressProxy:
 
     `resolver` maps a name to its addresses (the system's by default; tests map names to loopback
     servers). `on_record` is called on the proxy's thread with each connection's record when it ends; an
-    exception it raises is logged, never fatal.
+    exception it raises is logged, never fatal. `upstream_ca` is a PEM file of certificate authorities
+    trusted for servers besides the system's, where the proxy terminates TLS (and, through
+    `write_ca_bundle`, by the sessions for their own TLS).
     """
 
     def __init__(
@@ -166,8 +196,13 @@ class EgressProxy:
         idle_timeout: float = 300.0,
         connect_timeout: float = 10.0,
         max_header_bytes: int = 16 * 1024,
+        upstream_ca: str | os.PathLike[str] | None = None,
     ) -> None:
         self._resolver = resolver or _system_resolver
+        self._upstream_ca = os.fspath(upstream_ca) if upstream_ca is not None else None
+        # Made on first need, with the first session whose secrets have an HTTPS host.
+        self._terminator: tuple[CertificateAuthority, ssl.SSLContext] | None = None
+        self._authority_lock = threading.Lock()
         self._lookups = concurrent.futures.ThreadPoolExecutor(_LOOKUP_THREADS, "genpark-egress-lookup")
         self._records_lock = threading.Lock()
         self._on_record = on_record
@@ -207,6 +242,20 @@ class EgressProxy:
         so that a placeholder its code kept in a variable still works; by default new ones are made."""
         if self._loop.is_closed():
             raise RuntimeError("the proxy is closed")
+        terminated = tuple(
+            entry
+            for secret in policy.secrets.values()
+            for entry in secret.entries()
+            if entry.ports != (80,)  # a host on port 80 alone is plain HTTP: nothing to terminate
+        )
+        if terminated:
+            try:
+                self._terminating()
+            except ImportError:
+                # Refused here rather than mid-connection where HTTPS is certain; a secret's host on
+                # another port may well be plain HTTP, which needs no extra (a CONNECT to it is refused).
+                if any(443 in entry.ports for entry in terminated):
+                    raise
         given = placeholders or {}
         placeholders = {}
         for name in sorted(policy.secrets):
@@ -214,7 +263,7 @@ class EgressProxy:
             if not re.fullmatch(r"genpark-secret-[0-9a-f]{32}", value):
                 value = f"genpark-secret-{_secrets.token_hex(16)}"
             placeholders[name] = value
-        state = _Session(session, policy, {value: name for name, value in placeholders.items()})
+        state = _Session(session, policy, {value: name for name, value in placeholders.items()}, terminated)
         address: tuple[str, int] | str | None = self._call(self._listen(state, unix_path, tcp))
         return SessionEndpoint(session, address, placeholders)
 
@@ -288,6 +337,43 @@ class EgressProxy:
             sock.close()
             return
         await self._serve(state, reader, writer)
+
+    def _terminating(self) -> tuple[CertificateAuthority, ssl.SSLContext]:
+        """The authority the proxy issues certificates with and the context it verifies servers with."""
+        with self._authority_lock:
+            if self._terminator is None:
+                authority = CertificateAuthority()  # an ImportError naming the extra without cryptography
+                upstream = ssl.create_default_context()
+                if self._upstream_ca is not None:
+                    upstream.load_verify_locations(self._upstream_ca)
+                upstream.set_alpn_protocols(["http/1.1"])
+                self._terminator = authority, upstream
+            return self._terminator
+
+    def ca_pem(self) -> bytes:
+        """The certificate of the authority this proxy issues its TLS certificates with, as PEM (made now
+        if it was not yet). Sessions with secrets for HTTPS hosts must trust it: see write_ca_bundle."""
+        return self._terminating()[0].pem
+
+    def write_ca_bundle(self, path: str | os.PathLike[str]) -> None:
+        """Write the certificates a session should trust to `path` (mode 0644, replaced whole): the
+        system's (what urllib trusts here), `upstream_ca`'s, and this proxy's authority."""
+        bundle = system_ca_pem()
+        if self._upstream_ca is not None:
+            with open(self._upstream_ca, "rb") as file:
+                bundle += file.read().rstrip(b"\n") + b"\n"
+        bundle += self.ca_pem()
+        target = os.fspath(path)
+        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=".ca-bundle-")
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(bundle)
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
     def records(self, session: str) -> list[ConnectionRecord]:
         """The session's connections so far (the most recent 10,000), oldest first."""
@@ -386,7 +472,7 @@ class EgressProxy:
             # 502: allowed, but the name did not resolve or its server did not answer
             conn.verdict = "failed" if refusal.status == 502 else "refused"
             conn.reason = refusal.reason
-            await self._reply(writer, refusal.status, refusal.reason)
+            await self._reply(conn.reply or writer, refusal.status, refusal.reason)
         except Exception as exc:  # the proxy outlives whatever one connection does
             if not conn.reason:  # else the reason was set where the connection was cut
                 conn.reason = f"cut: {type(exc).__name__}: {exc}"[:200]
@@ -421,7 +507,7 @@ class EgressProxy:
             except Exception:
                 logger.exception("egress proxy: the on_record callback failed")
 
-    async def _reply(self, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+    async def _reply(self, writer: _Writer, status: int, reason: str) -> None:
         """A short refusal the client's library shows its caller: the reason is in the status line."""
         phrase = re.sub(r"[^\x20-\x7e]", "?", f"Refused by the egress proxy: {reason}")[:300]
         body = phrase.encode("ascii") + b"\n"
@@ -433,7 +519,7 @@ class EgressProxy:
             writer.write(head.encode("ascii") + body)
             await asyncio.wait_for(writer.drain(), 5)
 
-    async def _read_head(self, reader: asyncio.StreamReader, timeout: float) -> bytes:
+    async def _read_head(self, reader: _Reader, timeout: float) -> bytes:
         try:
             return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
         except asyncio.TimeoutError:
@@ -457,7 +543,11 @@ class EgressProxy:
             conn.host, conn.port = host, port
             if hosts and _split_authority(hosts[0].decode("latin-1"), default_port=port) != (host, port):
                 raise Refused(f"the Host header does not match CONNECT {host}:{port}", status=400)
-            await self._tunnel(state, conn, reader, writer)
+            if any(entry.matches(host, port) for entry in state.terminated):
+                conn.method = "CONNECT+TLS"
+                await self._terminate(state, conn, reader, writer)
+            else:
+                await self._tunnel(state, conn, reader, writer)
             return
         url = target.decode("ascii")
         parts = urlsplit(url)
@@ -508,15 +598,28 @@ class EgressProxy:
             return await asyncio.get_running_loop().run_in_executor(self._lookups, self._resolver, host)
 
     async def _connect(
-        self, conn: _Connection, addresses: list[str]
+        self, conn: _Connection, addresses: list[str], tls: ssl.SSLContext | None = None
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the first address that answers; over TLS with `tls`, the server's certificate
+        verified for conn.host."""
         error: BaseException | None = None
         for address in addresses:
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(address, conn.port, limit=_UPSTREAM_HEAD),
+                    asyncio.open_connection(
+                        address,
+                        conn.port,
+                        limit=_UPSTREAM_HEAD,
+                        ssl=tls,
+                        server_hostname=conn.host if tls is not None else None,
+                    ),
                     self.connect_timeout,
                 )
+            except ssl.SSLCertVerificationError as exc:
+                # Another address of the name would not make this server's certificate any better.
+                raise Refused(
+                    f"{conn.host}:{conn.port}'s certificate is not trusted ({exc.verify_message})", status=502
+                ) from None
             except (OSError, asyncio.TimeoutError) as exc:
                 error = exc
                 continue
@@ -534,25 +637,8 @@ class EgressProxy:
         try:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
-            try:
-                raw, hello = await asyncio.wait_for(read_client_hello(reader), self.header_timeout)
-                sni = server_name(hello)
-            except NotClientHello as exc:
-                conn.verdict, conn.reason = "refused", str(exc)
-                return
-            except asyncio.TimeoutError:
-                conn.verdict = "refused"
-                conn.reason = f"no TLS ClientHello within {self.header_timeout:g} s"
-                return
-            except asyncio.IncompleteReadError:
-                conn.verdict, conn.reason = "refused", "the client closed before its TLS ClientHello"
-                return
-            if sni is not None and _same_name(sni) != conn.host:
-                conn.verdict, conn.reason = "refused", f"TLS server name {sni!r} is not the CONNECT host"
-                # A fatal access_denied alert: the client's TLS library names it, where a bare
-                # close would read as a network fault.
-                writer.write(_ACCESS_DENIED)
-                await writer.drain()
+            raw = await self._client_hello(conn, reader, writer)
+            if raw is None:
                 return
             conn.verdict = "allowed"
             await self._send(state, conn, up_writer, raw, up=True)
@@ -560,8 +646,77 @@ class EgressProxy:
         finally:
             up_writer.transport.abort()
 
+    async def _client_hello(
+        self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bytes | None:
+        """The client's ClientHello records, if they are one for the CONNECT host; else None, with the
+        connection's refusal set."""
+        try:
+            raw, hello = await asyncio.wait_for(read_client_hello(reader), self.header_timeout)
+            sni = server_name(hello)
+        except NotClientHello as exc:
+            conn.verdict, conn.reason = "refused", str(exc)
+            return None
+        except asyncio.TimeoutError:
+            conn.verdict = "refused"
+            conn.reason = f"no TLS ClientHello within {self.header_timeout:g} s"
+            return None
+        except asyncio.IncompleteReadError:
+            conn.verdict, conn.reason = "refused", "the client closed before its TLS ClientHello"
+            return None
+        if sni is not None and _same_name(sni) != conn.host:
+            conn.verdict, conn.reason = "refused", f"TLS server name {sni!r} is not the CONNECT host"
+            # A fatal access_denied alert: the client's TLS library names it, where a bare
+            # close would read as a network fault.
+            writer.write(_ACCESS_DENIED)
+            await writer.drain()
+            return None
+        return raw
+
+    # ----------------------------------------------------------------- HTTPS to a secret's host: terminated
+
+    async def _terminate(
+        self, state: _Session, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """TLS with the client under this proxy's certificate for the CONNECT host, one HTTP/1.1 request
+        read inside and forwarded as plain HTTP's are (secrets written in), over TLS to the server."""
+        try:
+            authority, upstream = self._terminating()
+        except ImportError as exc:
+            raise Refused(str(exc), status=501) from None
+        addresses = await self._decide(state, conn)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        raw = await self._client_hello(conn, reader, writer)
+        if raw is None:
+            return
+        inside = TLSStream(authority.server_context(conn.host), reader, writer, limit=self.max_header_bytes)
+        try:
+            await asyncio.wait_for(inside.handshake(raw), self.header_timeout)
+        except (ssl.SSLError, asyncio.IncompleteReadError, ConnectionError) as exc:
+            conn.verdict = "refused"
+            conn.reason = f"TLS with the client failed ({_tls_error(exc)}): does it trust the proxy's CA?"
+            return
+        except asyncio.TimeoutError:
+            conn.verdict = "refused"
+            conn.reason = f"no TLS handshake within {self.header_timeout:g} s"
+            return
+        conn.reply = inside
+        head = await self._read_head(inside, self.header_timeout)
+        method, target, headers = _parse_request(head)
+        if method == b"CONNECT" or not target.startswith(b"/"):
+            raise Refused("expected a request for a path (origin form) inside TLS", status=400)
+        hosts = [value for name, value in headers if name.lower() == b"host"]
+        if len(hosts) != 1:
+            raise Refused("expected one Host header", status=400)
+        if _split_authority(hosts[0].decode("latin-1"), default_port=443) != (conn.host, conn.port):
+            raise Refused(f"the Host header does not match CONNECT {conn.host}:{conn.port}", status=400)
+        await self._forward(
+            state, conn, method, target, headers, inside, inside, addresses=addresses, tls=upstream
+        )
+
     async def _send(
-        self, state: _Session, conn: _Connection, writer: asyncio.StreamWriter, data: bytes, *, up: bool
+        self, state: _Session, conn: _Connection, writer: _Writer, data: bytes, *, up: bool
     ) -> None:
         if not state.spend(len(data)):
             conn.reason = f"the session's byte limit ({state.policy.max_bytes}) is reached"
@@ -577,8 +732,8 @@ class EgressProxy:
         self,
         state: _Session,
         conn: _Connection,
-        source: asyncio.StreamReader,
-        sink: asyncio.StreamWriter,
+        source: _Reader,
+        sink: _Writer,
         *,
         up: bool,
     ) -> None:
@@ -624,9 +779,14 @@ class EgressProxy:
         method: bytes,
         path: bytes,
         headers: list[tuple[bytes, bytes]],
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        reader: _Reader,
+        writer: _Writer,
+        *,
+        addresses: list[str] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """Forward one request in origin form to conn.host (over `tls` if given; to `addresses` if
+        already decided) with its secrets written in, and the response back."""
         length, chunked = _body_framing(headers)
         connection_named = {
             token.strip().lower()
@@ -652,8 +812,9 @@ class EgressProxy:
             except asyncio.IncompleteReadError:
                 raise Refused("the client closed before its request body ended", status=400) from None
             self._no_placeholder_in_body(state, conn, first)
-        addresses = await self._decide(state, conn)
-        up_reader, up_writer = await self._connect(conn, addresses)
+        if addresses is None:
+            addresses = await self._decide(state, conn)
+        up_reader, up_writer = await self._connect(conn, addresses, tls)
         conn.verdict = "allowed"
         try:
             await self._send(state, conn, up_writer, head + first, up=True)
@@ -684,8 +845,8 @@ class EgressProxy:
         self,
         state: _Session,
         conn: _Connection,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        reader: _Reader,
+        writer: _Writer,
         length: int,
     ) -> None:
         while length:
@@ -697,7 +858,7 @@ class EgressProxy:
             await self._send(state, conn, writer, data, up=True)
 
     async def _copy_chunked(
-        self, state: _Session, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, state: _Session, conn: _Connection, reader: _Reader, writer: _Writer
     ) -> None:
         while True:
             line = await asyncio.wait_for(reader.readuntil(b"\r\n"), self.idle_timeout)
@@ -737,6 +898,12 @@ class EgressProxy:
 
 
 # --------------------------------------------------------------------- parsing helpers
+
+
+def _tls_error(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    return type(exc).__name__
 
 
 def _same_name(name: str) -> str:

@@ -1,4 +1,5 @@
-"""The server name (SNI) a TLS ClientHello asks for, read without terminating TLS.
+"""TLS on a client's connection: the server name (SNI) its ClientHello asks for, and, for the hosts where
+the proxy terminates TLS, the plaintext inside.
 
 The proxy reads the client's first handshake message out of its TLS records before any byte reaches the
 server; anything that is not a well-formed ClientHello is refused rather than guessed at.
@@ -7,6 +8,8 @@ server; anything that is not a well-formed ClientHello is refused rather than gu
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ssl
 
 _HANDSHAKE = 22
 _CLIENT_HELLO = 1
@@ -100,3 +103,121 @@ def server_name(hello: bytes) -> str | None:
         except UnicodeDecodeError:
             raise NotClientHello("the server name is not ASCII") from None
     return found
+
+
+class TLSStream:
+    """The proxy's side of TLS on a client's connection: a reader and a writer of the plaintext inside.
+
+    Driven through memory buffers over the connection's stream, so the ClientHello already read (to
+    check its server name) is handed to the handshake rather than lost. Reads pull from the connection
+    only when asked, so a client sending faster than the server takes costs no memory here.
+    """
+
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        limit: int,
+    ) -> None:
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._reader = reader
+        self._writer = writer
+        self._limit = limit
+        self._buffer = bytearray()
+        self._ended = False
+
+    @property
+    def transport(self) -> asyncio.BaseTransport:
+        return self._writer.transport
+
+    def _flush(self) -> None:
+        data = self._outgoing.read()
+        if data:
+            self._writer.write(data)
+
+    async def _receive(self) -> None:
+        data = await self._reader.read(1 << 16)
+        if data:
+            self._incoming.write(data)
+        else:
+            self._incoming.write_eof()
+
+    async def handshake(self, hello: bytes) -> None:
+        """Complete the server's handshake, starting from the client's records already read."""
+        self._incoming.write(hello)
+        while True:
+            try:
+                self._tls.do_handshake()
+            except ssl.SSLWantReadError:
+                self._flush()
+                await self._writer.drain()
+                await self._receive()
+                continue
+            self._flush()
+            await self._writer.drain()
+            return
+
+    async def _fill(self) -> bool:
+        """Decrypt more into the buffer; False once the client has ended its side."""
+        while not self._ended:
+            try:
+                data = self._tls.read(1 << 16)
+            except ssl.SSLWantReadError:
+                self._flush()
+                await self._receive()
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                data = b""
+            if not data:
+                self._ended = True
+                break
+            self._buffer += data
+            return True
+        return False
+
+    def _take(self, n: int) -> bytes:
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return data
+
+    async def readuntil(self, separator: bytes) -> bytes:
+        while True:
+            at = self._buffer.find(separator)
+            if 0 <= at <= self._limit:
+                return self._take(at + len(separator))
+            if at > self._limit or len(self._buffer) > self._limit:
+                raise asyncio.LimitOverrunError("separator not found within the limit", len(self._buffer))
+            if not await self._fill():
+                raise asyncio.IncompleteReadError(self._take(len(self._buffer)), None)
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            if not await self._fill():
+                raise asyncio.IncompleteReadError(self._take(len(self._buffer)), n)
+        return self._take(n)
+
+    async def read(self, n: int) -> bytes:
+        if not self._buffer:
+            await self._fill()
+        return self._take(n)
+
+    def write(self, data: bytes) -> None:
+        self._tls.write(data)
+        self._flush()
+
+    async def drain(self) -> None:
+        await self._writer.drain()
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        """Send TLS close_notify: a response that ends with the connection then reads as complete."""
+        # The client's close_notify is not awaited: the connection closes after this.
+        with contextlib.suppress(ssl.SSLWantReadError):
+            self._tls.unwrap()
+        self._flush()
