@@ -23,6 +23,7 @@ from .policy import Policy
 
 if TYPE_CHECKING:
     from ._host_tools import ToolRun
+    from .egress import ConnectionRecord
     from .snapshot import SessionSnapshot
 
 __all__ = ["BaseBoundary", "ExecutionRequest", "cancelled_before_start"]
@@ -44,6 +45,9 @@ class ExecutionRequest:
 
     `tools`, when the session has host tools, serves this run's calls of them (the engine makes it;
     the boundary calls `tools.begin` before the code runs and hands each call to `tools.serve`).
+
+    `connections` is filled by a boundary with a network policy: the egress proxy's records of the
+    connections the run made (`genpark_repl_tools.egress.ConnectionRecord`), for the audit trail.
     """
 
     code: str
@@ -52,6 +56,7 @@ class ExecutionRequest:
     cancelled: bool = False
     on_output: Callable[[tuple[str, str]], object] | None = None
     tools: ToolRun | None = None
+    connections: list[ConnectionRecord] | None = None
 
 
 def cancelled_before_start(

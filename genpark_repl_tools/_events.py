@@ -12,6 +12,9 @@ Kinds of refusal and where each is seen:
     budget          the session's budget (Limits.max_session_calls / max_session_cpu_s) was spent
     tool_call       session code called a host tool (not a refusal, unless `tool_outcome` says
                     "refused": its arguments, or Limits.max_tool_calls): one event per call
+    network         a connection through the egress proxy of a boundary with a network policy
+                    (not a refusal, unless `verdict` says "refused"): one event per connection,
+                    allowed or not, with its host, port, verdict and bytes
 
 Events come from results, so the policy code knows nothing of them. The price: a refusal the code
 caught and did not let escape (`try: open(...) except OSError: pass`) ran nothing and leaves no
@@ -37,10 +40,21 @@ from ._models import ExecutionResult
 
 if TYPE_CHECKING:
     from ._host_tools import ToolRun
+    from .egress import ConnectionRecord
 
-__all__ = ["AuditEvent", "EventKind", "JsonlRefusalLog", "events_from", "refusal_layer", "tool_events"]
+__all__ = [
+    "AuditEvent",
+    "EventKind",
+    "JsonlRefusalLog",
+    "events_from",
+    "network_events",
+    "refusal_layer",
+    "tool_events",
+]
 
-EventKind = Literal["audit_finding", "runtime_guard", "audit_hook", "sandbox", "budget", "tool_call"]
+EventKind = Literal[
+    "audit_finding", "runtime_guard", "audit_hook", "sandbox", "budget", "tool_call", "network"
+]
 
 _CODE_KEPT = 2000
 _CAUSES_FOLLOWED = 8
@@ -74,6 +88,13 @@ class AuditEvent(BaseModel):
         None, description="tool_call: ok, error (the tool raised) or refused (arguments, call limit)."
     )
     duration_ms: float | None = Field(None, description="tool_call: host time spent in the call.")
+    host: str | None = Field(None, description="network: the name (or address) the code asked for.")
+    port: int | None = Field(None, description="network: the port it asked for.")
+    verdict: Literal["allowed", "refused", "failed"] | None = Field(
+        None, description="network: allowed, refused (policy, limits, a malformed request) or failed."
+    )
+    bytes_up: int | None = Field(None, description="network: bytes sent to the server.")
+    bytes_down: int | None = Field(None, description="network: bytes received from it.")
 
 
 def refusal_layer(exc: BaseException) -> Literal["guard", "audit_hook", "os"] | None:
@@ -133,6 +154,17 @@ def tool_events(result: ExecutionResult, code: str, call_id: str | None, tools: 
                    duration_ms=ms, error_type=None if outcome == "ok" else "ToolError")
         )  # fmt: skip
     return events
+
+
+def network_events(
+    result: ExecutionResult, code: str, call_id: str | None, records: Iterable[ConnectionRecord]
+) -> list[AuditEvent]:
+    """One event per connection the run made through the egress proxy, allowed or not."""
+    return [
+        _event(result, code, call_id, "network", r.reason or r.verdict, host=r.host, port=r.port,
+               verdict=r.verdict, bytes_up=r.bytes_up, bytes_down=r.bytes_down)
+        for r in records
+    ]  # fmt: skip
 
 
 def budget_event(result: ExecutionResult, code: str, call_id: str | None, rule: str) -> AuditEvent:

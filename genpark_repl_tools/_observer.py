@@ -12,7 +12,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ._boundary import ExecutionRequest
-from ._events import AuditEvent, JsonlRefusalLog, budget_event, deliver, events_from, tool_events
+from ._events import (
+    AuditEvent,
+    JsonlRefusalLog,
+    budget_event,
+    deliver,
+    events_from,
+    network_events,
+    tool_events,
+)
 from ._history import History
 from ._limits import Limits
 from ._models import ExecutionResult
@@ -97,6 +105,8 @@ class Observer:
         if self._sinks:
             if tools is not None and tools.records:
                 deliver(self._sinks, tool_events(result, request.code, call_id, tools))
+            if request.connections:
+                deliver(self._sinks, network_events(result, request.code, call_id, request.connections))
             if result.error is not None or result.status == "blocked":
                 deliver(self._sinks, events_from(result, request.code, call_id))
         history = self.history

@@ -279,7 +279,7 @@ class SubprocessBoundary(BaseBoundary):
                 try:
                     result = self._execute_locked(state, request)
                     if self._egress is not None:
-                        line = self._egress.report(state.name)
+                        line, request.connections = self._egress.report(state.name)
                         if line:
                             result.notes.append(line)
                     return result

@@ -341,3 +341,34 @@ def test_pip_install_reaches_an_allowed_index_and_installs_into_the_workspace(
     finally:
         engine.close()
         proxy.close()
+
+
+def test_every_connection_is_in_the_engines_audit_trail(
+    network: NetworkPolicy, resolver: Resolver, http_server: Server, tmp_path: Path
+) -> None:
+    events: list[object] = []
+    proxy = EgressProxy(resolver=resolver)
+    log = tmp_path / "events.jsonl"
+    engine = ReplEngine(
+        policy="trusted",
+        boundary="subprocess",
+        network=network,
+        egress_proxy=proxy,
+        on_event=events.append,
+        refusal_log=log,
+    )
+    try:
+        _get(engine, f"http://api.test:{http_server.port}/ok")
+        _get(engine, f"http://evil.test:{http_server.port}/no")
+    finally:
+        engine.close()
+        proxy.close()
+    network_events = [e for e in events if getattr(e, "kind", None) == "network"]
+    seen = [(e.session, e.host, e.port, e.verdict) for e in network_events]  # type: ignore[attr-defined]
+    port = http_server.port
+    assert seen == [("a", "api.test", port, "allowed"), ("a", "evil.test", port, "refused")]
+    allowed, refused = network_events
+    assert allowed.bytes_down > 0 and allowed.execution_count == 1  # type: ignore[attr-defined]
+    assert "not in the allow list" in refused.message and refused.execution_count == 2  # type: ignore[attr-defined]
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["kind"], e["verdict"]) for e in logged] == [("network", "allowed"), ("network", "refused")]

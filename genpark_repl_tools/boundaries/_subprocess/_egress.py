@@ -15,7 +15,7 @@ import socket
 import tempfile
 import threading
 
-from ...egress import EgressProxy, NetworkPolicy, summarise
+from ...egress import ConnectionRecord, EgressProxy, NetworkPolicy, summarise
 
 __all__ = ["EGRESS_PORT", "SessionEgress"]
 
@@ -69,18 +69,19 @@ class SessionEgress:
     def serve(self, session: str, listener: socket.socket) -> None:
         self.proxy.serve_listener(session, listener)
 
-    def report(self, session: str) -> str:
-        """The network line for what the session's connections did since the last report ("" if none)."""
+    def report(self, session: str) -> tuple[str, list[ConnectionRecord]]:
+        """What the session's connections did since the last report: the run's network line ("" if
+        there were none) and their records."""
         with self._lock:
             seen = self._open.get(session)
         if seen is None:
-            return ""
+            return "", []
         self.proxy.settle(session, _SETTLE_S)
         records, total = self.proxy.records_since(session, seen)
         with self._lock:
             if session in self._open:
                 self._open[session] = total
-        return summarise(records)
+        return summarise(records), records
 
     def close_session(self, session: str) -> None:
         with self._lock:
