@@ -172,6 +172,11 @@ _PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+?-
 _HASHED_NAME = re.compile(r"[0-9a-f]{8}\.[0-9]+")
 
 
+def certificates_in(data: bytes) -> list[bytes]:
+    """The PEM certificate blocks in `data`, each ending in a newline; nothing else (a key, say)."""
+    return [block.replace(b"\r\n", b"\n") + b"\n" for block in _PEM_BLOCK.findall(data)]
+
+
 def system_ca_pem() -> bytes:
     """The certificates the `ssl` module trusts by default here (what urllib verifies against), as PEM:
     the default CA file's, then those in the default CA directory under the hashed names OpenSSL reads."""
@@ -190,6 +195,6 @@ def system_ca_pem() -> bytes:
                 data = file.read()
         except OSError:
             continue
-        for block in _PEM_BLOCK.findall(data):
-            blocks.setdefault(block.replace(b"\r\n", b"\n") + b"\n", None)
+        for block in certificates_in(data):
+            blocks.setdefault(block, None)
     return b"".join(blocks)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from ._authority import CertificateAuthority, system_ca_pem
+from ._authority import CertificateAuthority, certificates_in, system_ca_pem
 from ._policy import Entry, NetworkPolicy, non_public_kind, normalise_host, parse_address
 from ._records import ConnectionRecord, Verdict
 from ._tls import NotClientHello, TLSStream, read_client_hello, server_name
@@ -361,7 +361,7 @@ class EgressProxy:
         bundle = system_ca_pem()
         if self._upstream_ca is not None:
             with open(self._upstream_ca, "rb") as file:
-                bundle += file.read().rstrip(b"\n") + b"\n"
+                bundle += b"".join(certificates_in(file.read()))  # a key kept beside them stays out
         bundle += self.ca_pem()
         target = os.fspath(path)
         fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=".ca-bundle-")

@@ -312,6 +312,59 @@ def test_the_session_gets_the_bundle_and_never_the_value(tls_proxy, endpoint, bu
     assert len(trust.get_ca_certs()) == written.count(b"BEGIN CERTIFICATE")
 
 
+CLIENT_CODE = """
+import json, os, sys, urllib.request
+url = sys.argv[1]
+headers = {"Authorization": "Bearer " + os.environ["API_TOKEN"]}
+seen = {}
+with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as response:
+    seen["urllib"] = json.loads(response.read())["headers"]["Authorization"]
+try:
+    import requests
+except ImportError:
+    pass
+else:
+    seen["requests"] = requests.get(url, headers=headers, timeout=10).json()["headers"]["Authorization"]
+try:
+    import httpx
+except ImportError:
+    pass
+else:
+    seen["httpx"] = httpx.get(url, headers=headers, timeout=10).json()["headers"]["Authorization"]
+print(json.dumps(seen))
+"""
+
+
+def test_the_environment_alone_makes_clients_trust_the_proxy(endpoint, bundle, https_server) -> None:
+    # What a session's code does: nothing but read its environment (proxy, placeholder, bundle).
+    env = {
+        k: v for k, v in os.environ.items() if not k.lower().endswith(("_proxy", "_ca_bundle", "cert_file"))
+    }
+    env.update(endpoint.environment(ca_file=bundle))
+    out = subprocess.run(
+        [sys.executable, "-c", CLIENT_CODE, f"https://api.test:{https_server.port}/"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    seen = json.loads(out.stdout)
+    installed = {"urllib"} | {name for name, module in (("requests", requests), ("httpx", httpx)) if module}
+    assert seen == dict.fromkeys(installed, f"Bearer {VALUE}")
+
+
+def test_only_certificates_go_into_the_bundle(certificates, tmp_path) -> None:
+    # An upstream_ca file that keeps a key beside its certificate: the sessions get the certificate.
+    combined = tmp_path / "upstream.pem"
+    combined.write_bytes(certificates.ca.read_bytes() + certificates.key.read_bytes())
+    with EgressProxy(upstream_ca=combined) as proxy:
+        proxy.write_ca_bundle(tmp_path / "bundle.pem")
+    written = (tmp_path / "bundle.pem").read_bytes()
+    assert b"PRIVATE KEY" in combined.read_bytes() and b"PRIVATE KEY" not in written
+    assert certificates.ca.read_bytes().strip() in written
+
+
 def test_one_authority_per_proxy(tls_proxy, certificates) -> None:
     pem = tls_proxy.ca_pem()
     assert pem == tls_proxy.ca_pem()
