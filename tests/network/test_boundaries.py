@@ -372,3 +372,8 @@ def test_every_connection_is_in_the_engines_audit_trail(
     assert "not in the allow list" in refused.message and refused.execution_count == 2  # type: ignore[attr-defined]
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(e["kind"], e["verdict"]) for e in logged] == [("network", "allowed"), ("network", "refused")]
+
+
+def test_describe_says_what_holds_checked_from_inside_a_sandboxed_probe(engine: ReplEngine) -> None:
+    claim = engine.describe()["enforced"]["network_isolation"]
+    assert isinstance(claim, str) and "only way out is its egress proxy" in claim

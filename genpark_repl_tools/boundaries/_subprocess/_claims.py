@@ -206,6 +206,16 @@ def explain_exit(code: int | None, limits: Limits) -> str:
 
 
 def _network_claim(hello: dict[str, Any], probe: dict[str, Any]) -> str | bool:
+    if hello.get("egress_port"):
+        if not probe.get("egress_only"):
+            return False
+        text = (
+            "a network policy: each session's only way out is its egress proxy on the host, reached "
+            "on loopback in a network namespace of its own (its container's on the container boundary)"
+        )
+        if hello.get("landlock_net"):
+            text += "; Landlock: TCP only to the proxy's port"
+        return text
     if not probe.get("network_blocked"):
         return False
     if hello.get("network_namespace"):

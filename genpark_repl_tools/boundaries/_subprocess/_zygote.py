@@ -147,8 +147,13 @@ class _Zygote:
             os.close(r)
             code = 0
             try:
+                listener = None  # held while the checks run, as a worker's is by the host
+                if self.prepared.config.egress_port is not None:
+                    listener = _sandbox.egress_listener(self.prepared)
                 _sandbox.apply(self.prepared, workspace)
                 checks = _probe_checks(workspace_root, self.parent)
+                if listener is not None:
+                    checks["egress_only"] = _egress_only(self.prepared.config.egress_port)
             except BaseException as exc:
                 checks = {"error": f"{type(exc).__name__}: {exc}"}
                 code = _EXIT_SETUP_FAILED
@@ -699,6 +704,7 @@ def _describe_prepared(prepared: Prepared | None) -> dict[str, Any]:
         "landlock_abi": prepared.landlock_abi,
         "landlock_reason": prepared.landlock_reason,
         "landlock_net": bool(net),
+        "egress_port": prepared.config.egress_port,
         "landlock_scoped": bool(scoped),
         "confine_reads": prepared.config.confine_reads and bool(prepared.landlock_abi),
     }
@@ -758,6 +764,28 @@ def _network_blocked() -> bool:
             # Refused means packets flow (someone could listen); unreachable or denied means none do.
             return exc.errno in (errno.ENETUNREACH, errno.EACCES, errno.EPERM)
     return False
+
+
+def _egress_only(port: int | None) -> bool:
+    """With a network policy: the worker's one way out is its egress listener. An address off the
+    host has no route, and another loopback port has nothing (or Landlock refuses it)."""
+    import errno
+
+    def refused(address: tuple[str, int], errnos: tuple[int, ...]) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            try:
+                s.connect(address)
+            except OSError as exc:
+                return exc.errno in errnos
+            return False
+
+    denied = (errno.EACCES, errno.EPERM)
+    return (
+        port is not None
+        and refused(("192.0.2.1", 80), (errno.ENETUNREACH, *denied))
+        and refused(("127.0.0.1", 9), (errno.ECONNREFUSED, *denied))
+    )
 
 
 def main(ctl_fd: int) -> None:
