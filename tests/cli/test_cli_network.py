@@ -9,6 +9,8 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -95,11 +97,44 @@ def fetch_code(*urls: str) -> str:
 # ---- run -----------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def docker_image() -> str:
+    """The container boundary's test image, made as tests/container makes it (scripts/docker_env.py
+    skips what is done); without Docker the test skips, under CI it fails."""
+    try:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "docker_env.py")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        image = json.loads(done.stdout.strip().splitlines()[-1])["test_image"] if done.returncode == 0 else ""
+        reason = done.stderr[-3000:]
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, KeyError) as exc:
+        image, reason = "", f"{type(exc).__name__}: {exc}"
+    if not image:
+        message = f"Docker could not be set up for the container boundary: {reason}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return str(image)
+
+
+@pytest.mark.parametrize("boundary", ["subprocess", "docker"])
 def test_run_reaches_a_listed_host_and_nothing_else(
-    listed: Server, unlisted: Server, write_script: WriteScript, capsys: pytest.CaptureFixture[str]
+    boundary: str,
+    listed: Server,
+    unlisted: Server,
+    write_script: WriteScript,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
+    where = ["--boundary", boundary]
+    if boundary == "docker":
+        where += ["--image", request.getfixturevalue("docker_image")]
     script = write_script(fetch_code(listed.url("/data"), unlisted.url("/data"), "http://not-listed.test/"))
-    code = main(["run", "--policy", "trusted", "--allow-host", f"127.0.0.1:{listed.port}", script])
+    code = main(["run", *where, "--policy", "trusted", "--allow-host", f"127.0.0.1:{listed.port}", script])
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.splitlines()[:5] == [
