@@ -377,3 +377,29 @@ def test_every_connection_is_in_the_engines_audit_trail(
 def test_describe_says_what_holds_checked_from_inside_a_sandboxed_probe(engine: ReplEngine) -> None:
     claim = engine.describe()["enforced"]["network_isolation"]
     assert isinstance(claim, str) and "only way out is its egress proxy" in claim
+
+
+def test_a_session_flooding_its_proxy_does_not_stop_another(
+    http_server: Server, resolver: Resolver, recorder: Recorder
+) -> None:
+    port = http_server.port
+    policy = NetworkPolicy(allow=[f"api.test:{port}", f"127.0.0.1:{port}"], max_connections=8)
+    proxy = EgressProxy(resolver=resolver, on_record=recorder, header_timeout=30.0)
+    engine = ReplEngine(policy="trusted", boundary="subprocess", network=policy, egress_proxy=proxy)
+    try:
+        # Slow clients: connections that never send a request, holding every place the policy gives.
+        flood = engine.run(
+            "import socket\nheld = []\n"
+            "for _ in range(200):\n"
+            "    s = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+            "    held.append(s)\n"
+            "len(held)",
+            session="flood",
+        )
+        assert flood.status == "ok", flood
+        assert _get(engine, f"http://api.test:{http_server.port}/busy", session="flood").get("status") != 200
+        answer = _get(engine, f"http://api.test:{http_server.port}/calm", session="calm")
+        assert answer["status"] == 200 and answer["notes"] == ["network: 1 connection to api.test"]
+    finally:
+        engine.close()
+        proxy.close()
