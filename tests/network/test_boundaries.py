@@ -403,3 +403,36 @@ def test_a_session_flooding_its_proxy_does_not_stop_another(
     finally:
         engine.close()
         proxy.close()
+
+
+def test_a_secret_for_an_https_host_reaches_it_and_the_session_trusts_the_proxy_by_its_environment(
+    https_server: Server, certificates: Certificates, resolver: Resolver
+) -> None:
+    pytest.importorskip("cryptography", reason="secrets over HTTPS need the network-secrets extra")
+    port = https_server.port
+    policy = NetworkPolicy(
+        allow=[f"api.test:{port}", f"127.0.0.1:{port}"],
+        secrets={"API_TOKEN": Secret(value=VALUE, hosts=[f"api.test:{port}"])},
+    )
+    proxy = EgressProxy(resolver=resolver, upstream_ca=certificates.ca)
+    engine = ReplEngine(policy="trusted", boundary="subprocess", network=policy, egress_proxy=proxy)
+    try:
+        result = engine.run(
+            "import os, urllib.request\n"
+            f"request = urllib.request.Request('https://api.test:{port}/tls-secret')\n"
+            "request.add_header('Authorization', 'Bearer ' + os.environ['API_TOKEN'])\n"
+            "with urllib.request.urlopen(request, timeout=10) as r:\n"
+            "    status = r.status\n"
+            "del request, r\n"
+            "print(status, os.environ['SSL_CERT_FILE'])",
+        )
+        assert result.status == "ok", result
+        status, bundle = result.stdout.split()
+        assert status == "200"
+        assert https_server.received[-1]["headers"]["Authorization"] == f"Bearer {VALUE}"  # type: ignore[index]
+        assert VALUE.encode() not in Path(bundle).read_bytes()
+        assert VALUE.encode() not in engine.snapshot("default").to_bytes()
+        assert result.notes == ["network: 1 connection to api.test"]
+    finally:
+        engine.close()
+        proxy.close()

@@ -15,7 +15,7 @@ import socket
 import tempfile
 import threading
 
-from ...egress import ConnectionRecord, EgressProxy, NetworkPolicy, summarise
+from ...egress import ConnectionRecord, EgressProxy, NetworkPolicy, SessionEndpoint, summarise
 
 __all__ = ["EGRESS_PORT", "SessionEgress"]
 
@@ -23,6 +23,7 @@ __all__ = ["EGRESS_PORT", "SessionEgress"]
 EGRESS_PORT = 3128
 # How long a run's report waits for the proxy to see connections its cell closed.
 _SETTLE_S = 0.05
+_CA_BUNDLE = "ca-bundle.pem"
 
 
 class SessionEgress:
@@ -40,23 +41,35 @@ class SessionEgress:
         # and readable by the workers' user, written by the host only.
         self.folder = tempfile.mkdtemp(prefix="genpark-egress-")
         os.chmod(self.folder, 0o755)
+        self.folder_inside = self.folder  # the folder as workers see it (the container boundary's mounts it)
+        # Secrets for hosts that may speak TLS: the proxy terminates it with an authority of its own,
+        # which the sessions' clients must trust (a bundle of it and the system's authorities).
+        self._ca_bundle = ""
+        if any(entry.ports != (80,) for secret in policy.secrets.values() for entry in secret.entries()):
+            try:
+                self.proxy.write_ca_bundle(os.path.join(self.folder, _CA_BUNDLE))
+            except ImportError:
+                if any(443 in e.ports for secret in policy.secrets.values() for e in secret.entries()):
+                    self.close()
+                    raise
+            else:
+                self._ca_bundle = _CA_BUNDLE
 
     def environment(self, session: str) -> dict[str, str]:
-        """The session's proxy variables and secrets' placeholders; opens its proxy session if needed.
+        """The session's proxy variables, secrets' placeholders and (with secrets for HTTPS hosts) the
+        bundle of authorities its clients trust; opens its proxy session if needed.
 
         A placeholder is the same for the session as long as this boundary lives (derived from a key
         of its own), so one the code kept in a variable still works after the session hibernated."""
         placeholders = {name: self._placeholder(session, name) for name in self.policy.secrets}
         with self._lock:
             if session not in self._open:
-                endpoint = self.proxy.open_session(session, self.policy, tcp=False, placeholders=placeholders)
+                placeholders = self.proxy.open_session(
+                    session, self.policy, tcp=False, placeholders=placeholders
+                ).placeholders
                 self._open[session] = 0
-            else:
-                endpoint = None
-        env = dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"), self.url)
-        env.update({"NO_PROXY": "", "no_proxy": ""})
-        env.update(endpoint.placeholders if endpoint is not None else placeholders)
-        return env
+        ca_file = os.path.join(self.folder_inside, self._ca_bundle) if self._ca_bundle else None
+        return SessionEndpoint(session, None, placeholders).environment(self.url, ca_file)
 
     def _placeholder(self, session: str, name: str) -> str:
         digest = hmac.new(self._key, f"{session}\0{name}".encode(), hashlib.sha256).hexdigest()
