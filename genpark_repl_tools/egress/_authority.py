@@ -156,6 +156,7 @@ class CertificateAuthority:
         )
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.options |= ssl.OP_NO_RENEGOTIATION  # a client's renegotiations would cost only the proxy
         context.set_alpn_protocols(["http/1.1"])  # the proxy reads HTTP/1.1 inside, never HTTP/2
         # The ssl module loads a certificate chain from a file only: one of the owner's alone, gone at once.
         fd, path = tempfile.mkstemp(prefix="genpark-egress-leaf-", suffix=".pem")

@@ -395,3 +395,26 @@ def test_without_cryptography_an_https_secret_is_refused_when_the_session_opens(
     refused, connect = out.stdout.splitlines()
     assert refused.startswith("refused: ") and "install genpark-repl-tools[network-secrets]" in refused
     assert connect.startswith("connect: HTTP/1.1 501 ") and "genpark-repl-tools[network-secrets]" in connect
+
+
+def test_a_client_that_stalls_in_the_handshake_is_cut(endpoint, https_server, recorder) -> None:
+    # Its ClientHello, then nothing: the proxy answers the hello and waits header_timeout (2 s) at most.
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="api.test")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    assert not isinstance(endpoint.address, str)
+    with socket.create_connection(endpoint.address, timeout=10) as sock:
+        target = f"api.test:{https_server.port}"
+        sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        assert sock.recv(1024).startswith(b"HTTP/1.1 200")
+        sock.sendall(outgoing.read())
+        answered = b""
+        while chunk := sock.recv(65536):
+            answered += chunk
+    assert answered[:1] == b"\x16"  # a handshake record (the ServerHello), then the cut
+    recorder.wait_for(lambda rs: len(rs) == 1)
+    assert (recorder.records[0].verdict, recorder.records[0].reason) == (
+        "refused",
+        "no TLS handshake within 2 s",
+    )
