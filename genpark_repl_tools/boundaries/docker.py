@@ -13,6 +13,7 @@ See docs/container.md.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,7 +23,13 @@ from .._limits import Limits
 from ..policy import Policy
 from ._docker import _cli
 from ._docker._pool import ContainerPool
-from ._docker._settings import CONTAINER_WORKSPACE, ContainerSettings, MountRefused, check_mounts
+from ._docker._settings import (
+    CONTAINER_EGRESS_DIR,
+    CONTAINER_WORKSPACE,
+    ContainerSettings,
+    MountRefused,
+    check_mounts,
+)
 from ._subprocess._spawn import WorkerPool
 from .subprocess import DEFAULT_MEMORY_MB, SubprocessBoundary
 
@@ -156,6 +163,10 @@ class DockerBoundary(SubprocessBoundary):
         # The zygote runs in the container as the container's user: it switches to no other uid, and
         # it sees paths as the container does.
         sandbox = {**config["sandbox"], "uid": None, "gid": None, "read_paths": []}
+        if self._egress is not None:  # its certificate authority, mounted read-only
+            self.container = dataclasses.replace(self.container, egress_folder=self._egress.folder)
+            self._egress.folder_inside = CONTAINER_EGRESS_DIR
+            sandbox["read_paths"] = [CONTAINER_EGRESS_DIR]
         config = {**config, "sandbox": sandbox, "workspace_root": "/tmp"}
         # The same interface as WorkerPool, one container per session.
         return ContainerPool(config, env, limits, max_workers, self.container, self._root, self._warm)  # type: ignore[return-value]

@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,3 +119,78 @@ def test_the_proxy_still_serves_a_session_rolled_back_and_a_second_session(engin
     assert engine.run("x", session="s").value == "7"
     assert eval(_get(engine, f"http://api.test:{server}/b").value)[0] == 200
     assert eval(_get(engine, f"http://api.test:{server}/c", session="t").value)[0] == 200
+
+
+@pytest.fixture(scope="module")
+def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path, list[str]]]:
+    """An HTTPS server on the host's loopback with a certificate for api.test from a test authority
+    (made with the openssl CLI); yields its port, the authority's file and the tokens it received."""
+    import shutil
+    import ssl
+    import subprocess
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    d = tmp_path_factory.mktemp("pki")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], cwd=d, check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=genpark container test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+        "-subj", "/CN=api.test")  # fmt: skip
+    (d / "ext.cnf").write_text(
+        "subjectAltName=DNS:api.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+    )
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf")  # fmt: skip
+    tokens: list[str] = []
+
+    class Handler(_Echo):
+        def do_GET(self) -> None:
+            tokens.append(self.headers.get("X-Token", ""))
+            self.send_response(204)
+            self.end_headers()
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(d / "server.pem", d / "server.key")
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd.server_address[1], d / "ca.pem", tokens
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_secret_for_an_https_host_reaches_it_from_a_container(
+    make_engine: Callable[..., Any], https_server: tuple[int, Path, list[str]]
+) -> None:
+    pytest.importorskip("cryptography", reason="secrets over HTTPS need the network-secrets extra")
+    port, authority, tokens = https_server
+    proxy = EgressProxy(resolver=_resolve, upstream_ca=authority)
+    policy = NetworkPolicy(
+        allow=[f"api.test:{port}", f"127.0.0.1:{port}"],
+        secrets={"API_TOKEN": Secret(value=VALUE, hosts=[f"api.test:{port}"])},
+    )
+    try:
+        limits = Limits(timeout_s=20)
+        engine = make_engine(policy="trusted", network=policy, egress_proxy=proxy, limits=limits)
+        result = engine.run(
+            "import os, urllib.request\n"
+            f"request = urllib.request.Request('https://api.test:{port}/x')\n"
+            "request.add_header('X-Token', os.environ['API_TOKEN'])\n"
+            "with urllib.request.urlopen(request, timeout=10) as r:\n"
+            "    status = r.status\n"
+            "status, os.environ['SSL_CERT_FILE']",
+            session="s",
+        )
+        assert result.status == "ok", result
+        assert eval(result.value) == (204, "/run/genpark-egress/ca-bundle.pem")
+        assert tokens == [VALUE]
+        assert VALUE.encode() not in engine.snapshot("s").to_bytes()
+    finally:
+        proxy.close()

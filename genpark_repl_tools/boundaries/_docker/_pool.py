@@ -30,7 +30,7 @@ from .._subprocess import _protocol, _zygote
 from .._subprocess._host import OutputSink, WorkerClient
 from .._subprocess._spawn import IDENTITY, WorkerPool, ZygoteClient, package_identity
 from . import _cli
-from ._settings import CONTAINER_RUN_DIR, CONTAINER_WORKSPACE, ContainerSettings
+from ._settings import CONTAINER_EGRESS_DIR, CONTAINER_RUN_DIR, CONTAINER_WORKSPACE, ContainerSettings
 
 if TYPE_CHECKING:
     from .._subprocess._egress import SessionEgress
@@ -172,6 +172,8 @@ class _Launch:
         command += s.run_options()
         command += ["--volume", f"{self.workspace}:{CONTAINER_WORKSPACE}"]
         command += ["--volume", f"{run_dir}:{CONTAINER_RUN_DIR}:ro"]
+        if s.egress_folder is not None:
+            command += ["--volume", f"{s.egress_folder}:{CONTAINER_EGRESS_DIR}:ro"]
         for key, value in env.items():
             if key != "PATH":  # the image's own PATH finds its python3
                 command += ["--env", f"{key}={value}"]

@@ -19,6 +19,8 @@ __all__ = ["CONTAINER_WORKSPACE", "LABEL", "ContainerSettings", "MountRefused", 
 # the directory holding the zygote's control socket is mounted (read-only).
 CONTAINER_WORKSPACE = "/workspace"
 CONTAINER_RUN_DIR = "/run/genpark"
+# With a network policy: the host's egress folder (the proxy's certificate authority), read-only.
+CONTAINER_EGRESS_DIR = "/run/genpark-egress"
 # Every container carries these labels: LABEL + "engine" (the engine's id), "session", "host" (this
 # machine's name) and "pid" (the host process), so an engine, or a later one after a crash, finds its own.
 LABEL = "genpark-repl."
@@ -46,6 +48,7 @@ class ContainerSettings:
     engine_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     docker: str = "docker"
     start_timeout_s: float = 30.0
+    egress_folder: str | None = None  # mounted read-only at CONTAINER_EGRESS_DIR when set
 
     @classmethod
     def build(cls, limits: Limits, **options: Any) -> ContainerSettings:
