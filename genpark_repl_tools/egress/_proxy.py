@@ -693,7 +693,7 @@ class EgressProxy:
         inside = TLSStream(authority.server_context(conn.host), reader, writer, limit=self.max_header_bytes)
         try:
             await asyncio.wait_for(inside.handshake(raw), self.header_timeout)
-        except (ssl.SSLError, asyncio.IncompleteReadError, ConnectionError) as exc:
+        except (ssl.SSLError, ConnectionError) as exc:
             conn.verdict = "refused"
             conn.reason = f"TLS with the client failed ({_tls_error(exc)}): does it trust the proxy's CA?"
             return
