@@ -23,7 +23,7 @@ from .policy import Policy
 
 if TYPE_CHECKING:
     from ._host_tools import ToolRun
-    from .egress import ConnectionRecord
+    from .egress import ConnectionRecord, NetworkPolicy
     from .snapshot import SessionSnapshot
 
 __all__ = ["BaseBoundary", "ExecutionRequest", "cancelled_before_start"]
@@ -128,6 +128,9 @@ class BaseBoundary(ABC):
 
     # Host tools: a boundary that serves `ExecutionRequest.tools` calls from session code says so.
     supports_tools = False
+
+    # Network by name: the NetworkPolicy a sandboxed boundary enforces through its egress proxy.
+    network_policy: NetworkPolicy | None = None
 
     # Durable sessions. A boundary that can snapshot overrides both; `supports_snapshots`
     # is how the engine tells before it relies on them.

@@ -190,6 +190,19 @@ class ToolSpec:
             )
         else:
             rules = f"Policy '{policy.name}': full Python."
+        network = engine.boundary.network_policy
+        if network is not None:
+            hosts = ", ".join(network.allow)
+            rules += (
+                f" Network: only {hosts}, through a proxy the usual HTTP(S)_PROXY variables name "
+                "(urllib, requests, httpx and pip use it); other hosts are refused."
+            )
+            if network.secrets:
+                names = ", ".join(sorted(network.secrets))
+                rules += (
+                    f" Credentials: send the environment variables {names} as they are (placeholders "
+                    "the proxy replaces for their own hosts)."
+                )
         return f"{self.description} One call may run for at most {engine.limits.timeout_s:g} s. {rules}"
 
 

@@ -204,6 +204,7 @@ class SubprocessBoundary(BaseBoundary):
                     f"network must be True, False or a NetworkPolicy, not {type(network).__name__}"
                 )
             self._egress = SessionEgress(network, egress_proxy)
+            self.network_policy = network
             # Its folder (the engine's certificate authority, for secrets over HTTPS) is the
             # workers' to read.
             read_paths = [*read_paths, self._egress.folder]

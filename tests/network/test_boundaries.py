@@ -436,3 +436,13 @@ def test_a_secret_for_an_https_host_reaches_it_and_the_session_trusts_the_proxy_
     finally:
         engine.close()
         proxy.close()
+
+
+def test_the_run_tool_tells_the_model_which_hosts_it_may_reach(engine: ReplEngine) -> None:
+    from genpark_repl_tools.tools import RUN_PYTHON
+
+    text = RUN_PYTHON.describe(engine)
+    assert engine.boundary.network_policy is not None
+    assert f"Network: only {', '.join(engine.boundary.network_policy.allow)}, through a proxy" in text
+    assert "environment variables API_TOKEN as they are" in text
+    assert "Network:" not in RUN_PYTHON.describe(ReplEngine(boundary="inprocess"))
