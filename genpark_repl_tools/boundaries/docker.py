@@ -179,6 +179,9 @@ class DockerBoundary(SubprocessBoundary):
             f"the container's user ({self.container.user}), no capabilities (all dropped, no-new-privileges)"
         )
         description["workspace_mount"] = f"{description['workspace_root']}/<session> -> {CONTAINER_WORKSPACE}"
+        # The container's own network namespace stands for the one the zygote could not make in it.
+        if self.container.network == "none":
+            description["unavailable"].pop("network_namespace", None)
         return description
 
     def close(self) -> None:

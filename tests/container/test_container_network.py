@@ -93,6 +93,10 @@ def test_a_listed_name_is_reached_and_the_secret_only_there(
     env = engine.run("import os; os.environ['API_TOKEN'], os.environ['HTTP_PROXY']", session="s")
     assert eval(env.value) == (eval(env.value)[0], "http://127.0.0.1:3128")
     assert eval(env.value)[0].startswith("genpark-secret-")
+    described = engine.describe()
+    assert "egress proxy" in described["enforced"]["network_isolation"]
+    # The container's namespace is the session's own: nothing is missing that the CLI should warn of.
+    assert "network_namespace" not in described["unavailable"]
 
 
 def test_a_name_not_listed_is_refused_and_there_is_no_other_way_out(
