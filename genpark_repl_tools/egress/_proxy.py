@@ -690,7 +690,13 @@ class EgressProxy:
         raw = await self._client_hello(conn, reader, writer)
         if raw is None:
             return
-        inside = TLSStream(authority.server_context(conn.host), reader, writer, limit=self.max_header_bytes)
+        # Issuing a certificate takes milliseconds of CPU (a wildcard host can name many): on a thread,
+        # a few at a time per session, so one session's names never stall the loop for the others.
+        async with state.resolving:
+            context = await asyncio.get_running_loop().run_in_executor(
+                self._lookups, authority.server_context, conn.host
+            )
+        inside = TLSStream(context, reader, writer, limit=self.max_header_bytes)
         try:
             await asyncio.wait_for(inside.handshake(raw), self.header_timeout)
         except (ssl.SSLError, ConnectionError) as exc:
