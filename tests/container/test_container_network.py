@@ -25,6 +25,12 @@ VALUE = "tok-container-value-5521"
 
 class _Echo(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        if self.path.startswith("/redirect?to="):
+            self.send_response(302)
+            self.send_header("Location", self.path.split("=", 1)[1])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         body = json.dumps({"path": self.path, "token": self.headers.get("X-Token", "")}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -45,9 +51,17 @@ def server() -> Iterator[int]:
     httpd.server_close()
 
 
+_NAMES = {
+    "api.test": ["127.0.0.1"],
+    "evil.test": ["127.0.0.1"],
+    "internal.test": ["10.1.2.3"],
+    "metadata.test": ["169.254.169.254"],
+}
+
+
 def _resolve(name: str) -> list[str]:
-    if name in ("api.test", "evil.test"):
-        return ["127.0.0.1"]
+    if name in _NAMES:
+        return _NAMES[name]
     raise socket.gaierror(socket.EAI_NONAME, "unknown test name")
 
 
@@ -60,17 +74,18 @@ def records() -> list[ConnectionRecord]:
 def engine(make_engine: Callable[..., Any], server: int, records: list[ConnectionRecord]) -> Iterator[Any]:
     proxy = EgressProxy(resolver=_resolve, on_record=records.append, header_timeout=2.0)
     policy = NetworkPolicy(
-        allow=[f"api.test:{server}", f"127.0.0.1:{server}"],
+        allow=[f"api.test:{server}", f"127.0.0.1:{server}", "internal.test", "metadata.test"],
         secrets={"API_TOKEN": Secret(value=VALUE, hosts=[f"api.test:{server}"])},
     )
     yield make_engine(policy="trusted", network=policy, egress_proxy=proxy, limits=Limits(timeout_s=20))
     proxy.close()
 
 
-def _get(engine: Any, url: str, session: str = "s") -> Any:
+def _get(engine: Any, url: str, session: str = "s", token: bool = True) -> Any:
+    headers = "{'X-Token': os.environ['API_TOKEN']}" if token else "{}"
     result = engine.run(
         "import os, urllib.request, urllib.error\n"
-        f"request = urllib.request.Request({url!r}, headers={{'X-Token': os.environ['API_TOKEN']}})\n"
+        f"request = urllib.request.Request({url!r}, headers={headers})\n"
         "try:\n"
         "    with urllib.request.urlopen(request, timeout=10) as r:\n"
         "        out = (r.status, r.read().decode())\n"
@@ -198,3 +213,24 @@ def test_a_secret_for_an_https_host_reaches_it_from_a_container(
         assert VALUE.encode() not in engine.snapshot("s").to_bytes()
     finally:
         proxy.close()
+
+
+def test_each_kind_of_refusal_holds_from_a_container(
+    engine: Any, server: int, records: list[ConnectionRecord]
+) -> None:
+    """An IP literal not listed, listed names resolving to private and metadata addresses, and a
+    redirect to a name not listed: each refused, recorded and in its run's note."""
+    cases = [
+        (f"http://127.0.0.2:{server}/", "127.0.0.2", "not in the allow list"),
+        ("http://internal.test/", "internal.test", "private"),
+        ("http://metadata.test/", "metadata.test", "metadata"),
+    ]
+    for url, host, why in cases:
+        result = _get(engine, url, token=False)
+        assert eval(result.value)[0] == 403, (url, result.value)
+        assert result.notes == [f"network: 1 refused: {host}"]
+        assert records[-1].host == host and records[-1].verdict == "refused"
+        assert why in records[-1].reason, records[-1]
+    redirected = _get(engine, f"http://api.test:{server}/redirect?to=http://evil.test:{server}/", token=False)
+    assert eval(redirected.value)[0] == 403
+    assert redirected.notes == ["network: 1 connection to api.test; 1 refused: evil.test"]
