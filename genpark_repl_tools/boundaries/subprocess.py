@@ -203,6 +203,12 @@ class SubprocessBoundary(BaseBoundary):
                 raise TypeError(
                     f"network must be True, False or a NetworkPolicy, not {type(network).__name__}"
                 )
+            if policy.restricted:  # its audit hook refuses every socket, whatever the proxy allows
+                raise ValueError(
+                    f"policy {policy.name!r} refuses all network access in the code, so no name a "
+                    "NetworkPolicy lists could be reached: use policy='trusted' (the sandbox still "
+                    "confines the code, and the proxy lets it reach only the listed names)"
+                )
             self._egress = SessionEgress(network, egress_proxy)
             self.network_policy = network
             # Its folder (the engine's certificate authority, for secrets over HTTPS) is the
