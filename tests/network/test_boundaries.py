@@ -253,7 +253,7 @@ def test_bad_options_are_refused_clearly() -> None:
     with pytest.raises(ValueError, match="egress_proxy serves a NetworkPolicy"):
         ReplEngine(boundary="subprocess", egress_proxy=EgressProxy())
     for policy in ("standard", "strict"):  # their audit hooks refuse every socket
-        with pytest.raises(ValueError, match="refuses all network access in the code.*policy='trusted'"):
+        with pytest.raises(ValueError, match=r"refuses all network access in the code.*policy='trusted'"):
             ReplEngine(policy=policy, boundary="subprocess", network=NetworkPolicy(allow=["a.example"]))
 
 
