@@ -576,9 +576,12 @@ class ReplEngine:
         and its workspace files. The two are independent afterwards (closing one leaves the other).
 
         It goes through a snapshot of `source` restored into `target` (on every boundary that takes
-        snapshots; in-process that is the session object, subprocess its worker), so it costs what
-        a snapshot and a restore of that state cost, and what a snapshot cannot hold (open files,
-        threads, processes) is listed in the returned SessionRestore instead of copied.
+        snapshots; in-process that is the session object, subprocess its worker), and what a
+        snapshot cannot hold (open files, threads, processes) is listed in the returned
+        SessionRestore instead of copied. On the subprocess boundary without a store, the source's
+        worker hands its state straight to the target's (a memory file the target maps), which
+        costs about what pickling the variables and importing their modules in the target cost; in
+        the other cases, what a snapshot and a restore of that state cost (slower).
         SessionNotFound for an unknown `source`, ValueError for a `target` that exists, EngineClosed
         after close(): in each case nothing changes.
         """
@@ -593,19 +596,30 @@ class ReplEngine:
             raise SessionNotFound(f"no session {source!r} to fork (run code in it first)")
         if target in held or (self.store is not None and self.store.info(target) is not None):
             raise ValueError(f"session {target!r} exists; fork into a new name, or close it first")
-        durability = self._durability()
-        snapshot = durability.snapshot(source)
+        # With a store, the restore also writes the copy to it: that goes through a snapshot.
+        fork_out = getattr(self._boundary, "fork_out", None) if self.store is None else None
+        handoff = snapshot = None
         try:
+            handoff = fork_out(source, target) if fork_out is not None else None
+            if handoff is None:
+                snapshot = self._durability().snapshot(source)
             source_dir = self._boundary.session_workspace(source)
             if source_dir is not None and any(source_dir.path.iterdir()):
                 target_dir = self._boundary.session_workspace(target, create=True)
                 if target_dir is not None:
                     _copy_workspace(source_dir.path, target_dir.path, target_dir.owner)
-            restored = durability.restore(target, snapshot)
+            if handoff is not None:
+                restored: SessionRestore = self._boundary.fork_in(target, handoff)  # type: ignore[attr-defined]
+            else:
+                assert snapshot is not None
+                restored = self._durability().restore(target, snapshot)
         except BaseException:
             with contextlib.suppress(Exception):  # nothing of the copy stays
                 self.close(target)
             raise
+        finally:
+            if handoff is not None:
+                handoff.close()
         return restored
 
     @property

@@ -9,8 +9,10 @@ See docs/subprocess.md for how it works, what is enforced where, and the limits 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -435,6 +437,12 @@ class SubprocessBoundary(BaseBoundary):
     def restore_session(self, session: str, snapshot: SessionSnapshot, key: bytes) -> SessionRestore:
         snapshot.header_data(key)  # authenticates: nothing unchecked reaches the worker
         blob = snapshot.to_bytes()
+        return self._load(session, lambda state, worker: self._snapshot_call(state, worker, P.LOAD, blob))
+
+    def _load(
+        self, session: str, call: Callable[[_SessionState, WorkerClient], tuple[int, bytes]]
+    ) -> SessionRestore:
+        """Load a session's state into its worker (started if it has none) with `call`."""
         self._check_open()
         while True:
             state = self._session_for_run(session)
@@ -446,7 +454,7 @@ class SubprocessBoundary(BaseBoundary):
                     worker = self._settle(state, worker)
                 if worker is None or worker.dead:
                     worker = self._start_worker(state, restarted=False)
-                kind, data = self._snapshot_call(state, worker, P.LOAD, blob)
+                kind, data = call(state, worker)
                 if kind == P.REFUSED:
                     raise _refusal(data)
                 if kind != P.RESTORED:
@@ -459,6 +467,79 @@ class SubprocessBoundary(BaseBoundary):
                 state.lost = None  # the session is the snapshot's now, not an empty restart
                 state.last_used = time.monotonic()
                 return info
+
+    # ---- engine.fork, worker to worker -----------------------------------------------------------
+    # The source's worker writes its session into a sealed memory file, the host passes the file to
+    # the target's worker, which maps it copy-on-write and loads it (snapshot/_handoff.py): no blob on
+    # the host, no signature. Why no signature is sound: a signature stands between a blob and whoever
+    # could alter it on its way (a store, another host). This one never leaves the host, nobody but
+    # the source's worker writes it, and it is sealed before it is passed on, so nothing reaches the
+    # target but what the source's worker wrote, once. A hostile source can then put into the target
+    # only what a restore lets it: the target loads it under the same policy, in the same sandbox,
+    # in a workspace the engine filled with a copy of the source's own. Whatever that makes the
+    # target do, the source's code could already do in its own worker, and the target is by design
+    # a copy of the source: it gains nothing over the host or any other session. The seals also
+    # keep it from changing the target's memory afterwards (a channel between the two copies).
+
+    def fork_out(self, session: str, target: str) -> Handoff | None:
+        """`session`'s state, out of its worker, for fork_in into the new session `target`, whose
+        worker starts meanwhile (the caller closes `target` if the fork fails). None when the state
+        cannot go worker to worker here (then engine.fork takes a snapshot): not Linux, a container
+        boundary (its workers do not share this host's memory accounting), no live worker, or the
+        worker could not write the file (RLIMIT_FSIZE: Limits.max_file_size_mb). SnapshotError as
+        for a snapshot."""
+        from ..snapshot._format import SnapshotError
+
+        if not sys.platform.startswith("linux") or not isinstance(self._pool, WorkerPool):
+            return None
+        # Started now, the target's worker gets ready while the source's writes the file.
+        self._check_open()
+        new = self._session_for_run(target)
+        with new.lock:
+            if new.worker is None or new.worker.dead:
+                self._start_worker(new, restarted=False)
+        state = self._get(session)
+        with state.lock:
+            worker = self._live_worker(state)
+            if worker is None:
+                return None
+            budget = max(self.limits.timeout_s, _SNAPSHOT_BUDGET_S) + _QUERY_SLACK_S + self.kill_grace_s
+            try:
+                reply, fd = worker.hand_out(session, budget)
+            except BaseException:
+                self._forget_unstarted(state, worker)
+                raise
+            if isinstance(reply, tuple) and reply[0] == P.FAILED:
+                return None
+            kind, data = self._answer(state, worker, reply, " while taking a snapshot")
+            if kind == P.REFUSED:
+                raise _refusal(data)
+            if kind != P.FORK_DATA or fd < 0:
+                raise self._unexpected(state, worker, kind)
+            why = _not_sealed(fd, self.limits)
+            if why is not None:
+                os.close(fd)
+                self._retire(state, worker, drain=(None, None))
+                state.lost = "crashed"
+                raise SnapshotError(
+                    f"the worker of session {session!r} handed over {why}; it was stopped and the "
+                    "session starts empty on its next run"
+                )
+            return Handoff(fd, data)
+
+    def fork_in(self, session: str, handoff: Handoff) -> SessionRestore:
+        """Load a fork_out's state into `session`'s worker (started if it has none)."""
+        budget = max(self.limits.timeout_s, _SNAPSHOT_BUDGET_S) + _QUERY_SLACK_S + self.kill_grace_s
+
+        def hand_in(state: _SessionState, worker: WorkerClient) -> tuple[int, bytes]:
+            try:
+                reply = worker.hand_in(state.name, handoff.index, handoff.fd, budget)
+            except BaseException:
+                self._forget_unstarted(state, worker)
+                raise
+            return self._answer(state, worker, reply, " while loading a copy of a session")
+
+        return self._load(session, hand_in)
 
     def session_lost(self, session: str) -> bool:
         state = self._sessions.find(session)
@@ -859,6 +940,44 @@ _REQUIRE_ALIASES = {
 # ---- helpers ----------------------------------------------------------------------------------------
 
 
+class Handoff:
+    """A session's state on its way from one worker to another (fork_out, fork_in): a sealed memory
+    file and its index. close() when done with it."""
+
+    __slots__ = ("fd", "index")
+
+    def __init__(self, fd: int, index: bytes) -> None:
+        self.fd = fd
+        self.index = index
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _not_sealed(fd: int, limits: Limits) -> str | None:
+    """What is wrong with a descriptor a worker handed over as its state, if anything: it must be a
+    memory file sealed against every change, within the snapshot limit."""
+    import fcntl
+
+    from ..snapshot._format import snapshot_limit
+    from ..snapshot._handoff import SEALS
+
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)  # EINVAL for anything but a memfd
+        size = os.fstat(fd).st_size
+    except OSError:
+        return "something other than a memory file"
+    if seals & SEALS != SEALS:
+        return "a memory file it could still change"
+    limit = snapshot_limit(limits)
+    if limit is not None and size > limit:
+        over = f"over the limit of {limit / 1e6:,.1f} MB (Limits.max_snapshot_bytes)"
+        return f"a copy of {size / 1e6:,.1f} MB, {over}"
+    return None
+
+
 def _sign_worker_snapshot(data: bytes, key: bytes) -> SessionSnapshot:
     """Sign what a worker produced with the engine's key, marked as made in a sandboxed worker.
 
@@ -882,7 +1001,7 @@ def _sign_worker_snapshot(data: bytes, key: bytes) -> SessionSnapshot:
 
 def _refusal(data: bytes) -> Exception:
     """The SnapshotError a worker reported, as the same exception type here."""
-    from ..snapshot._format import SnapshotAuthError, SnapshotError, SnapshotRefused
+    from ..snapshot._format import SnapshotAuthError, SnapshotError, SnapshotRefused, SnapshotTooLarge
 
     try:
         info = json.loads(data)
@@ -894,6 +1013,8 @@ def _refusal(data: bytes) -> Exception:
         return SnapshotRefused(message, reason=reason[:500])
     if kind == "SnapshotAuthError":
         return SnapshotAuthError(message)
+    if kind == "SnapshotTooLarge":
+        return SnapshotTooLarge(message)
     return SnapshotError(message)
 
 

@@ -21,7 +21,7 @@ import types
 import typing
 from functools import _lru_cache_wrapper
 from types import CellType, CodeType, FunctionType, ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from .._compile import CELL_PREFIX, CompiledCell, compile_cell
 from .._introspect import module_of, type_name
@@ -74,6 +74,39 @@ _IN_MEMORY_STREAMS = (io.StringIO, io.BytesIO)
 _SAVE_TIMEOUT_S = 60.0
 
 
+class BufferSink(Protocol):
+    """Where the pickler's out-of-band buffers go: each one is a view of memory the session goes on
+    changing, so a sink keeps a copy, wherever it keeps it."""
+
+    nbytes: int  # the buffers' bytes so far
+
+    def __len__(self) -> int: ...
+
+    def add(self, buffer: memoryview) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+class _Copies:
+    """The buffers as bytes objects, for a snapshot blob."""
+
+    def __init__(self) -> None:
+        self.items: list[bytes] = []
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, buffer: memoryview) -> None:
+        data = bytes(buffer)
+        self.items.append(data)
+        self.nbytes += len(data)
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.nbytes = 0
+
+
 class NotSaved(Exception):
     """Raised inside pickling when a value cannot be part of a snapshot; carries the reason."""
 
@@ -101,10 +134,9 @@ def unsaveable(obj: Any) -> str | None:
 class _Context(SessionScope):
     """State of one snapshot: the session, its cells, the admission rules, the buffers."""
 
-    def __init__(self, session: Session, runtime: PolicyRuntime) -> None:
+    def __init__(self, session: Session, runtime: PolicyRuntime, buffers: BufferSink) -> None:
         super().__init__(session, runtime)
-        self.buffers: list[bytes] = []
-        self.buffer_bytes = 0
+        self.buffers = buffers
         self.sources: dict[str, list[Any]] = {}
         self._cells: dict[str, tuple[CompiledCell, list[CodeType]] | None] = {}
         self.modules: set[str] = set()
@@ -302,9 +334,7 @@ class _Pickler(pickle.Pickler):
         self.context = context
 
     def _buffer(self, buffer: pickle.PickleBuffer) -> bool:
-        data = bytes(buffer.raw())  # a copy: the session goes on changing its arrays
-        self.context.buffers.append(data)
-        self.context.buffer_bytes += len(data)
+        self.context.buffers.add(buffer.raw())
         return False  # out of band
 
     def reducer_override(self, obj: Any) -> Any:
@@ -313,26 +343,42 @@ class _Pickler(pickle.Pickler):
 
 def take_snapshot(session: Session, runtime: PolicyRuntime, limits: Limits, key: bytes) -> SessionSnapshot:
     """Snapshot `session` (the caller holds its lock)."""
+    copies = _Copies()
+    header, payload = save_guarded(session, runtime, limits, copies)
+    snapshot = SessionSnapshot.sign(header, payload, copies.items, key)
+    check_size(snapshot.size_bytes, limits, header)
+    return snapshot
+
+
+def save_guarded(
+    session: Session, runtime: PolicyRuntime, limits: Limits, buffers: BufferSink
+) -> tuple[dict[str, Any], bytes]:
+    """The snapshot's header and payload, its buffers put in `buffers`: run like a call back into
+    the session, under its policy's guards and a deadline."""
     timeout = max(limits.timeout_s, _SAVE_TIMEOUT_S)
     try:
-        snapshot: SessionSnapshot = call_guarded(runtime, timeout, _save, session, runtime, key)
+        saved: tuple[dict[str, Any], bytes] = call_guarded(runtime, timeout, _save, session, runtime, buffers)
     except ExecutionTimeout:
         raise SnapshotError(f"taking the snapshot took longer than {timeout:g} s") from None
+    return saved
+
+
+def check_size(size: int, limits: Limits, header: dict[str, Any]) -> None:
+    """SnapshotTooLarge if a snapshot of `size` bytes is over the limit, naming its largest variables."""
     limit = snapshot_limit(limits)
-    size = snapshot.size_bytes
     if limit is not None and size > limit:
-        largest = sorted(snapshot.manifest.saved, key=lambda v: -v.bytes)[:3]
-        names = ", ".join(f"{v.name} ({v.bytes / 1e6:,.1f} MB)" for v in largest)
+        saved = header["manifest"]["saved"]
+        largest = sorted(saved, key=lambda v: -v["bytes"])[:3]
+        names = ", ".join(f"{v['name']} ({v['bytes'] / 1e6:,.1f} MB)" for v in largest)
         raise SnapshotTooLarge(
             f"the session's snapshot would be {size / 1e6:,.1f} MB, over the limit of {limit / 1e6:,.1f} MB "
             f"(Limits.max_snapshot_bytes); the largest variables: {names or 'none'}. Delete what is not "
             "needed (del name) to make it fit"
         )
-    return snapshot
 
 
-def _save(session: Session, runtime: PolicyRuntime, key: bytes) -> SessionSnapshot:
-    context = _Context(session, runtime)
+def _save(session: Session, runtime: PolicyRuntime, buffers: BufferSink) -> tuple[dict[str, Any], bytes]:
+    context = _Context(session, runtime, buffers)
     skipped: dict[str, SkippedVariable] = {}
     imports: dict[str, str] = {}
     # A value that fails half-way leaves the pickler's memo naming objects whose bytes were thrown
@@ -340,7 +386,6 @@ def _save(session: Session, runtime: PolicyRuntime, key: bytes) -> SessionSnapsh
     while True:
         out = io.BytesIO()
         context.buffers.clear()
-        context.buffer_bytes = 0
         pickler = _Pickler(out, context)
         records: list[list[Any]] = []
         saved: list[SnapshotVariable] = []
@@ -356,10 +401,10 @@ def _save(session: Session, runtime: PolicyRuntime, key: bytes) -> SessionSnapsh
             if reason is not None:
                 skipped[name] = SkippedVariable(name=name, type=type_name(value), reason=reason)
                 continue
-            start, first_buffer, buffer_bytes = out.tell(), len(context.buffers), context.buffer_bytes
+            start, first_buffer, buffer_bytes = out.tell(), len(context.buffers), context.buffers.nbytes
             try:
                 pickler.dump(value)
-            except ExecutionTimeout:
+            except (ExecutionTimeout, SnapshotTooLarge):  # a sink that stops at the limit
                 raise
             except NotSaved as exc:
                 reason = str(exc)
@@ -372,7 +417,7 @@ def _save(session: Session, runtime: PolicyRuntime, key: bytes) -> SessionSnapsh
                 break
             length = out.tell() - start
             records.append([name, start, length, first_buffer, len(context.buffers) - first_buffer])
-            size = length + context.buffer_bytes - buffer_bytes
+            size = length + context.buffers.nbytes - buffer_bytes
             saved.append(SnapshotVariable(name=name, type=type_name(value), bytes=size))
             context.modules.add(module_of(type(value)).partition(".")[0])
         if failed is None:
@@ -389,7 +434,7 @@ def _save(session: Session, runtime: PolicyRuntime, key: bytes) -> SessionSnapsh
         saved=saved,
         not_saved=list(skipped.values()),
         imports=imports,
-        size_bytes=len(payload) + context.buffer_bytes,
+        size_bytes=len(payload) + context.buffers.nbytes,
     )
     header = {
         "format": FORMAT,
@@ -403,7 +448,7 @@ def _save(session: Session, runtime: PolicyRuntime, key: bytes) -> SessionSnapsh
             "touches_host": session.touches_host,
         },
     }
-    return SessionSnapshot.sign(header, payload, context.buffers, key)
+    return header, payload
 
 
 def module_name(module: ModuleType) -> str:

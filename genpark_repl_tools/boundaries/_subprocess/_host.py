@@ -161,6 +161,7 @@ class WorkerClient:
         # the first read takes descriptors; every later one drops any it is sent.
         self.wants_listener = False
         self.listener: socket.socket | None = None
+        self.passed: list[int] | None = None  # while a FORK_OUT waits: the descriptors that came
         self.frames = P.FrameBuffer()
         # Every request carries a fresh id and the worker echoes it: `wait` drops the late reply of a
         # call that was abandoned mid-flight instead of handing it to the next caller.
@@ -296,6 +297,56 @@ class WorkerClient:
             raise
         return reply
 
+    def hand_out(
+        self, session: str, budget_s: float
+    ) -> tuple[tuple[int, bytes] | Died | Invalid | TimedOut, int]:
+        """Send FORK_OUT and wait `budget_s` for the reply; with it, the one descriptor that came
+        with a FORK_DATA reply (-1: none; any other is closed)."""
+        self.passed = []
+        try:
+            rid = self.send(P.FORK_OUT)
+            if not rid:
+                return Died(), -1
+            try:
+                if self.pid is None:  # a fresh worker: the request waits in its socket until READY
+                    self.launcher.await_ready(session, self)
+                reply = self.wait(time.monotonic() + budget_s, rid=rid)
+            except BaseException:
+                self.abandon()
+                raise
+        finally:
+            fds, self.passed = self.passed, None
+        fd = fds[0] if isinstance(reply, tuple) and reply[0] == P.FORK_DATA and len(fds) == 1 else -1
+        for other in fds:
+            if other != fd:
+                os.close(other)
+        return reply, fd
+
+    def hand_in(
+        self, session: str, index: bytes, fd: int, budget_s: float
+    ) -> tuple[int, bytes] | Died | Invalid | TimedOut:
+        """Send FORK_IN with `index`, then, once the worker asks for it, the memory file `fd`; wait
+        `budget_s` in all for the reply."""
+        rid = self.send(P.FORK_IN, index)
+        if not rid:
+            return Died()
+        try:
+            if self.pid is None:
+                self.launcher.await_ready(session, self)
+            deadline = time.monotonic() + budget_s
+            reply = self.wait(deadline, rid=rid)
+            if isinstance(reply, tuple) and reply[0] == P.FORK_READY:
+                try:
+                    P.send_frame(self.sock, P.FORK_FD, b"", [fd], rid)
+                except OSError:
+                    return Died()
+                self.pending = rid
+                reply = self.wait(deadline, rid=rid)
+        except BaseException:
+            self.abandon()
+            raise
+        return reply
+
     def settle(self, deadline: float) -> bool:
         """Wait (until `deadline`) for the late reply of an abandoned call and drop it with its
         output; whether it came (False: the worker must go)."""
@@ -394,6 +445,9 @@ class WorkerClient:
                         try:
                             if self.wants_listener:
                                 data = self._recv_listener()
+                            elif self.passed is not None:
+                                data, ancdata, _, _ = self.sock.recvmsg(_READ_CHUNK, socket.CMSG_SPACE(4 * 4))
+                                self.passed += P.passed_fds(ancdata)
                             else:
                                 data = self.sock.recv(_READ_CHUNK)
                         except OSError:

@@ -54,6 +54,13 @@ LOAD = ord("U")  # payload: a snapshot blob to restore (already checked by the h
 LOAD_PART = ord("A")  # a leading part of the next LOAD's blob (no reply): blobs may exceed MAX_FRAME
 TOOLS = ord("t")  # payload: JSON [[name, doc], ...], the host tools of the EXEC that follows (no reply)
 TOOL_REPLY = ord("r")  # id: the call number; payload: b"R" + the packed result, or b"E" + the message
+# engine.fork, straight from worker to worker (snapshot/_handoff.py): FORK_OUT asks the source for its
+# state in a sealed memory file (the FORK_DATA reply carries it, SCM_RIGHTS); FORK_IN (payload: that
+# reply's index) asks the target to load one: it answers FORK_READY, then reads the FORK_FD frame that
+# carries the file (a frame with descriptors is read on its own: the loop's plain reads drop them)
+FORK_OUT = ord("F")
+FORK_IN = ord("H")
+FORK_FD = ord("J")
 # worker -> host
 READY = ord("Y")
 RESULT = ord("R")  # payload: ExecutionResult JSON
@@ -67,6 +74,8 @@ SNAPSHOT_PART = ord("G")  # a leading part of the SNAPSHOT_DATA that follows
 RESTORED = ord("T")  # payload: SessionRestore JSON
 REFUSED = ord("W")  # payload: {"type", "message", "reason"} of a SnapshotError
 NO_CHECKPOINT = ord("B")  # before the cell runs: why no checkpoint was taken (UTF-8 text)
+FORK_DATA = ord("M")  # payload: the handoff's index; with it (SCM_RIGHTS) the sealed memory file
+FORK_READY = ord("Q")  # the target waits for the FORK_FD frame
 TOOL_CALL = ord("c")  # id: the EXEC's; payload: a 4-byte call number, then the packed (name, args, kwargs)
 # host -> zygote
 CONFIG = ord("C")

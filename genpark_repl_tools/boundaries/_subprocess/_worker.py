@@ -31,7 +31,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..._boundary import ExecutionRequest, cancelled_before_start
 from ..._exceptions import VariableNotFound
@@ -43,11 +43,12 @@ from ..._session import Session
 from ..._text import clean
 from ..._watchdog import watchdog
 from ...policy import PolicyRuntime
+from ...snapshot._format import SessionSnapshot, SnapshotError, SnapshotRefused
+from ...snapshot._handoff import make_file, read_handoff, write_handoff
+from ...snapshot._load import restore_snapshot
+from ...snapshot._save import take_snapshot
 from . import _protocol as P
 from . import _sandbox
-
-if TYPE_CHECKING:
-    from ...snapshot import SessionSnapshot
 
 __all__ = ["prepare", "thread_count"]
 
@@ -247,6 +248,7 @@ class _Worker:
         self.in_cell = False
         self._tool_lock = threading.Lock()  # one call on the socket at a time (threads of trusted code)
         self.replied: ExecutionResult | None = None  # the result of the reply being sent
+        self.reply_fds: list[int] = []  # descriptors that go with the reply (then closed here)
         # Checkpoints: our end of a socket to the zygote (None: off), the copy of the state as it is
         # now (for the next request; 0: none, and no_copy says why), and the zygote, which becomes
         # the copy's parent once this process is gone.
@@ -316,13 +318,24 @@ class _Worker:
                         self.current = 0
                         self.session.cancel_pending = False
                     _flush_all()
-                    sock.sendall(P.encode(reply_kind, reply, rid))
+                    if self.reply_fds:
+                        self._send_with_fds(reply_kind, reply, rid)
+                    else:
+                        sock.sendall(P.encode(reply_kind, reply, rid))
                     self.replied = None
                     # Off the call's path: while the host reads the reply and the worker would
                     # otherwise wait. A request that arrives meanwhile waits in the socket for it.
                     self._checkpoint()
             except _Resumed:
                 continue
+
+    def _send_with_fds(self, kind: int, payload: bytes, rid: int) -> None:
+        fds, self.reply_fds = self.reply_fds, []
+        try:
+            P.send_frame(self.sock, kind, payload, fds, rid)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def on_interrupt(self, signum: int, frame: Any) -> None:
         """SIGUSR1: the host wrote request ids to stop into the interrupt pipe.
@@ -641,7 +654,7 @@ class _Worker:
 
     def _query(self, kind: int, payload: bytes) -> tuple[int, bytes]:
         session = self.session
-        if kind in (P.SNAPSHOT, P.LOAD):
+        if kind in (P.SNAPSHOT, P.LOAD, P.FORK_OUT, P.FORK_IN):
             return self._snapshot_request(kind, payload)
         request = json.loads(payload) if payload else {}
         with session.lock:
@@ -660,14 +673,13 @@ class _Worker:
         raise P.ProtocolError(f"unknown request kind {kind!r}")
 
     def _snapshot_request(self, kind: int, payload: bytes) -> tuple[int, bytes]:
-        """Take or load a snapshot here, inside the sandbox, with the code in-process uses."""
-        from ...snapshot._format import SnapshotError, SnapshotRefused
-        from ...snapshot._load import restore_snapshot
-        from ...snapshot._save import take_snapshot
-
+        """Take or load a snapshot here, inside the sandbox, with the code in-process uses. (The
+        zygote imported that code: the target of engine.fork is always a new worker.)"""
         key = P.WORKER_SNAPSHOT_KEY
         try:
             with self.session.lock:
+                if kind == P.FORK_OUT:
+                    return self._hand_out()
                 if kind == P.SNAPSHOT:
                     snapshot = take_snapshot(self.session, self.runtime, self.limits, key)
                     data = memoryview(snapshot.to_bytes())
@@ -678,18 +690,60 @@ class _Worker:
                         )
                         data = data[P.PART_BYTES :]
                     return P.SNAPSHOT_DATA, bytes(data)
-                if self._parts:
-                    self._parts.append(payload)
-                    payload = b"".join(self._parts)
-                    self._parts.clear()
-                blob = _checked_snapshot_class().from_bytes(payload, max_bytes=None)  # the host checked it
-                del payload
+                if kind == P.FORK_IN:
+                    blob = self._handed_in(payload)
+                else:
+                    if self._parts:
+                        self._parts.append(payload)
+                        payload = b"".join(self._parts)
+                        self._parts.clear()
+                    # the host checked it
+                    blob = _checked_snapshot_class().from_bytes(payload, max_bytes=None)
+                    del payload
                 info = restore_snapshot(self.session, self.runtime, self.limits, blob, key)
                 return P.RESTORED, info.model_dump_json().encode()
         except SnapshotError as exc:
             reason = exc.reason if isinstance(exc, SnapshotRefused) else str(exc)
             refusal = {"type": type(exc).__name__, "message": str(exc), "reason": reason}
             return P.REFUSED, json.dumps(refusal).encode()
+
+    # ---- engine.fork, worker to worker (snapshot/_handoff.py) --------------------------------------
+
+    def _hand_out(self) -> tuple[int, bytes]:
+        """The session's state in a sealed memory file, which goes with the reply. An OSError (no
+        memfd here, RLIMIT_FSIZE) is a FAILED reply: the host then forks through a snapshot."""
+        fd = make_file()
+        try:
+            index = write_handoff(self.session, self.runtime, self.limits, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.reply_fds = [fd]
+        return P.FORK_DATA, index
+
+    def _handed_in(self, index: bytes) -> SessionSnapshot:
+        """Ask the host for the memory file of a FORK_IN and map it. Read here, frame by frame with
+        recvmsg: nothing else is in flight (the host waits for FORK_READY before it sends the file)."""
+        if self.frames.pending() or self.held:
+            raise P.ProtocolError("a request arrived with the copy's index")
+        P.send_frame(self.sock, P.FORK_READY, rid=self.current)
+        data, fds = b"", []
+        while len(data) < P.HEADER.size:
+            more, ancdata, _, _ = self.sock.recvmsg(P.HEADER.size - len(data), socket.CMSG_SPACE(4))
+            fds += P.passed_fds(ancdata)
+            if not more:
+                break
+            data += more
+        try:
+            if len(data) < P.HEADER.size or len(fds) != 1:
+                raise P.ProtocolError(f"the copy came as {len(data)} bytes with {len(fds)} descriptors")
+            length, kind, _ = P.HEADER.unpack(data)
+            if (kind, length) != (P.FORK_FD, 0):
+                raise P.ProtocolError(f"the copy came in a frame of kind {kind!r}")
+            return read_handoff(fds[0], index, _checked_snapshot_class())
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 def _tool_offer(payload: bytes) -> tuple[tuple[str, str], ...]:
@@ -700,12 +754,11 @@ def _tool_offer(payload: bytes) -> tuple[tuple[str, str], ...]:
 
 @functools.cache
 def _checked_snapshot_class() -> type[SessionSnapshot]:
-    from ...snapshot._format import SessionSnapshot
-
     class Checked(SessionSnapshot):
-        """A blob the host authenticated with the engine's key before sending it here (this process
-        does not hold that key, and anything in it could forge a blob anyway: the sandbox and the
-        policy's loader are what bound a restore here)."""
+        """A blob the host authenticated with the engine's key before sending it here, or a copy
+        of another worker's session the host handed over (this process does not hold that key, and
+        anything in it could forge a blob anyway: the sandbox and the policy's loader are what bound
+        a restore here)."""
 
         __slots__ = ()
 
