@@ -19,6 +19,7 @@ from __future__ import annotations
 import array
 import collections
 import reprlib
+import sys as _sys
 import types
 from typing import Any, ForwardRef
 
@@ -499,3 +500,19 @@ def _attr_text(obj: Any, name: str) -> str | None:
         raise
     except BaseException:
         return None
+
+
+def prepare_data() -> None:
+    """Do now what a process's first table would do (pandas' lazy paths, the summary and the variable
+    listing of a frame): a fork template calls it after preloading, so each process it forks shows
+    its first table without paying for them. Nothing is kept; failing here leaves it to that table."""
+    pd = _sys.modules.get("pandas")
+    if pd is None:
+        return
+    try:
+        frame = pd.DataFrame({"a": [1, 2, 3], "b": [4.0, 5.0, 6.0], "c": ["x", "y", "z"]})
+        for value in (frame, frame.describe(), frame["a"]):
+            value_repr(value, 2000)
+            describe("value", value, 200)
+    except Exception:
+        pass

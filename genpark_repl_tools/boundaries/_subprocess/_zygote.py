@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
+from ..._introspect import prepare_data
 from ..._limits import Limits
 from ..._rich import prepare_figures
 from ...policy import Policy, PolicyRuntime, runtime_for
@@ -115,6 +116,7 @@ class _Zygote:
             for module in config["preload"]:
                 importlib.import_module(module)
             prepare_figures()  # what each worker's first run would do first: done once, here
+            prepare_data()
             threads = thread_count()
             if threads > 1:
                 raise SandboxError(
