@@ -38,6 +38,11 @@ from ._format import SessionSnapshot, SnapshotError, SnapshotRefused
 __all__ = ["restore_snapshot"]
 
 _LOAD_TIMEOUT_S = 60.0
+
+# Pydantic defers the manifest's validator (its `files` names a model defined after it) to its first
+# use: built here instead, once, so a restore in a new worker (the zygote imports this module) does
+# not spend milliseconds building it.
+SnapshotManifest.model_rebuild()
 _DATACLASS_PARAMS = frozenset({"init", "repr", "eq", "order", "unsafe_hash", "frozen", "slots"})
 _FUNCTION_DICT_DUNDERS = frozenset({"__wrapped__"})
 
