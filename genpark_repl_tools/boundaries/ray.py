@@ -382,6 +382,10 @@ class RayBoundary(BaseBoundary):
             except RayError as exc:  # its node (which owned it) died between the reply and the fetch
                 raise _Lost(f"its result was lost with its node ({type(exc).__name__})", dead=True) from exc
         if isinstance(reply, bytes):  # the host pickles a plain call's result (see SessionHost.execute)
+            # Not validated again: the host checked the worker's reply (its schema and what it
+            # claims) before it made this result, and these bytes come from the host actor, not the
+            # worker. Whoever could forge them could forge any value the actor returns, which Ray
+            # unpickles itself, so a second check here would stop nothing.
             reply = pickle.loads(reply)
         if relay is not None and isinstance(reply, Streamed):
             relay.deliver(reply.first, reply.items)  # the output no poll brought, before the result
@@ -523,6 +527,10 @@ class RayBoundary(BaseBoundary):
                         num_cpus=self._host_cpus,
                         max_concurrency=self._host_concurrency,
                         max_restarts=0,
+                        # Ray records each call's state changes and ships them to the head node
+                        # (for its dashboard's task list): CPU on the driver, the host and the head
+                        # on every call. Calls are the boundary's own business; it reports them.
+                        enable_task_events=False,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
                     )
                     .remote(self.policy, self.limits, self._options, self._store, self._snapshot_key)
