@@ -28,7 +28,7 @@ from .._limits import Limits
 from .._session import Session
 from ..policy._runtime import PolicyRuntime
 from ._format import SessionSnapshot, SnapshotError, SnapshotTooLarge, snapshot_limit
-from ._save import check_size, save_guarded
+from ._save import SinkFailed, check_size, save_guarded
 
 __all__ = ["SEALS", "make_file", "read_handoff", "write_handoff"]
 
@@ -81,7 +81,10 @@ class _FileBuffers:
                 f"the session's snapshot would be more than {self.limit / 1e6:,.1f} MB, the limit "
                 "(Limits.max_snapshot_bytes). Delete what is not needed (del name) to make it fit"
             )
-        _write_at(self.fd, buffer, at)
+        try:
+            _write_at(self.fd, buffer, at)
+        except OSError as exc:
+            raise SinkFailed(exc.errno, exc.strerror) from None
         self.places.append((at, size))
         self.end = at + size
         self.nbytes += size

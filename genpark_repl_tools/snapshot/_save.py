@@ -87,6 +87,11 @@ class BufferSink(Protocol):
     def clear(self) -> None: ...
 
 
+class SinkFailed(OSError):
+    """A sink could not keep a buffer (a handoff's file could not be written): the whole save
+    fails, rather than leave out the variable that held it."""
+
+
 class _Copies:
     """The buffers as bytes objects, for a snapshot blob."""
 
@@ -404,7 +409,7 @@ def _save(session: Session, runtime: PolicyRuntime, buffers: BufferSink) -> tupl
             start, first_buffer, buffer_bytes = out.tell(), len(context.buffers), context.buffers.nbytes
             try:
                 pickler.dump(value)
-            except (ExecutionTimeout, SnapshotTooLarge):  # a sink that stops at the limit
+            except (ExecutionTimeout, SnapshotTooLarge, SinkFailed):  # the save itself failed
                 raise
             except NotSaved as exc:
                 reason = str(exc)
