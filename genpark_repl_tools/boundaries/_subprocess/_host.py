@@ -302,24 +302,25 @@ class WorkerClient:
     ) -> tuple[tuple[int, bytes] | Died | Invalid | TimedOut, int]:
         """Send FORK_OUT and wait `budget_s` for the reply; with it, the one descriptor that came
         with a FORK_DATA reply (-1: none; any other is closed)."""
-        self.passed = []
+        fds: list[int] = []
+        self.passed = fds
+        reply: tuple[int, bytes] | Died | Invalid | TimedOut = Died()
         try:
             rid = self.send(P.FORK_OUT)
-            if not rid:
-                return Died(), -1
-            try:
+            if rid:
                 if self.pid is None:  # a fresh worker: the request waits in its socket until READY
                     self.launcher.await_ready(session, self)
                 reply = self.wait(time.monotonic() + budget_s, rid=rid)
-            except BaseException:
-                self.abandon()
-                raise
+        except BaseException:
+            self.abandon()
+            reply = Died()  # for the descriptors below: none is kept
+            raise
         finally:
-            fds, self.passed = self.passed, None
-        fd = fds[0] if isinstance(reply, tuple) and reply[0] == P.FORK_DATA and len(fds) == 1 else -1
-        for other in fds:
-            if other != fd:
-                os.close(other)
+            self.passed = None
+            fd = fds[0] if isinstance(reply, tuple) and reply[0] == P.FORK_DATA and len(fds) == 1 else -1
+            for other in fds:
+                if other != fd:
+                    os.close(other)
         return reply, fd
 
     def hand_in(
