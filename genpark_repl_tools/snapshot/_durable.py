@@ -8,7 +8,10 @@ the session from the store when this process does not hold its latest version, r
 When the session's cells run with checkpoints (which roll a failed cell back without the store),
 the save waits: the store is written at most every `save_every_s` seconds while the session is
 used, and on hibernation and close. A cell without a checkpoint is saved after it, as before: a
-crash then rolls back to the store.
+crash then rolls back to the store. With a store other engines may share (not LocalStore), a
+session's first run and a run on a session taken over from the store are saved at once, a session
+another process saved never waits again, and a waiting save is never written over a newer version
+(see `_overtake`): engines that take turns on a session never go on from different states.
 
 A store save holds the session's workspace files too (`_workspace`), in the same signed blob, so a
 session another process or host restores has them; a restore writes back those its workspace
@@ -92,6 +95,16 @@ class Durability:
         self._last_used: dict[str, float] = {}  # sessions this process ran, with their last run's end
         self._saved_at: dict[str, float] = {}  # when each session was last saved (or first deferred)
         self._pending: set[str] = set()  # sessions with changes not saved yet (checkpoints cover them)
+        # Another engine may share the store (not the engine's own LocalStore). A session's first run
+        # is then saved at once, and so is a run on a session taken over from the store (a version
+        # this process did not hold): the process that held it sees a newer version and goes on from
+        # it, never from its own older state. Once another process has saved a session, its saves
+        # never wait here again, so two engines taking turns each see the other's every run. Runs
+        # here that another process overtook (unsaved when it saved) are said once, with their start.
+        self._exclusive = store is not None and _engine_local(store)
+        self._shared: set[str] = set()
+        self._overtaken: dict[str, float] = {}
+        self._unsaved_since: dict[str, float] = {}  # wall clock of the first run whose save waits
         self.hibernate_after_s = hibernate_after_s
         self.save_every_s = save_every_s if store is not None else None
         self._stop = threading.Event()
@@ -185,13 +198,21 @@ class Durability:
         notes: list[str] = []
         with store.hold(name):
             try:
+                known = self._versions.get(name)
                 restored = self._catch_up(name)
+                # A version this process did not hold (another process's, or none known here): this
+                # run is saved at once.
+                took_over = restored is not None and not self._exclusive and known != self._versions.get(name)
+                overtaken = self._overtaken.pop(name, None)
+                if overtaken is not None:
+                    notes.append(_overtaken_note(overtaken))
                 result = execute(request)
                 if _ran(result) and self.boundary.session_lost(name):
                     result = self._roll_back(name, result)
                 elif _ran(result):
                     try:
-                        if self._may_wait(name):
+                        if not took_over and self._may_wait(name):
+                            self._unsaved_since.setdefault(name, time.time())
                             self._pending.add(name)
                         else:
                             note = self._save(name)
@@ -214,6 +235,8 @@ class Durability:
         saved less than save_every_s ago (its first deferred run starts the clock)."""
         if self.save_every_s is None or name in self._unsaved or not self.boundary.checkpointed(name):
             return False
+        if not self._exclusive and (name not in self._versions or name in self._shared):
+            return False  # never saved (another engine would find nothing), or taken in turns
         now = time.monotonic()
         return now - self._saved_at.setdefault(name, now) < self.save_every_s
 
@@ -221,6 +244,12 @@ class Durability:
         """Write the session's state to the store (caller holds its lease); the note saying what of
         it was left out, if anything was."""
         assert self.store is not None
+        known = self._versions.get(name)
+        if not self._exclusive and known is not None and name in self._pending:
+            entry = self.store.info(name)
+            if entry is not None and entry.version != known:  # another process saved since: it goes on
+                self._overtake(name)
+                return None
         snapshot, note = self._stored(name)
         try:
             entry = self.store.put(name, snapshot.to_bytes())
@@ -229,8 +258,16 @@ class Durability:
         self._versions[name] = entry.version
         self._unsaved.discard(name)
         self._pending.discard(name)
+        self._unsaved_since.pop(name, None)
         self._saved_at[name] = time.monotonic()
         return note
+
+    def _overtake(self, name: str) -> None:
+        """Another process saved the session over this process's unsaved runs: they are dropped (its
+        state goes on), said at the session's next run here, and its saves stop waiting."""
+        self._overtaken[name] = self._unsaved_since.pop(name, time.time())
+        self._pending.discard(name)
+        self._shared.add(name)
 
     def _roll_back(self, name: str, result: ExecutionResult) -> ExecutionResult:
         """The cell's worker was lost, with no checkpoint: bring the session back to its last stored
@@ -276,12 +313,17 @@ class Durability:
         """Restore the session from the store unless this process holds its latest version."""
         assert self.store is not None
         entry = self.store.info(name)
-        if entry is None or (self._versions.get(name) == entry.version and name in self.boundary.sessions()):
+        known = self._versions.get(name)
+        if entry is None or (known == entry.version and name in self.boundary.sessions()):
             return None
         stored = self.store.get(name)
         if stored is None:
             return None
         restored = self._restore(name, stored.data)
+        if known is not None and known != stored.entry.version and not self._exclusive:
+            self._shared.add(name)  # another process saved it
+            if name in self._pending:
+                self._overtake(name)
         self._versions[name] = stored.entry.version
         self._pending.discard(name)  # another process saved a newer state: that one goes on
         self._saved_at[name] = time.monotonic()
@@ -432,6 +474,15 @@ def _ran(result: ExecutionResult) -> bool:
         return error is not None and error.refused_by is not None
     return not (
         result.status == "error" and error is not None and error.type in ("SyntaxError", "InputTooLarge")
+    )
+
+
+def _overtaken_note(since: float) -> str:
+    when = datetime.fromtimestamp(since, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        "Another process continued this session from the store before this process saved its runs "
+        f"since {when}: those runs are not in it, and it goes on from the other process's state. "
+        "Run them again if they are still needed."
     )
 
 

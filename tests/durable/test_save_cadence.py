@@ -63,26 +63,29 @@ def version(store: SessionStore, session: str = "default") -> int:
 def test_cells_with_checkpoints_are_saved_on_close_not_after_each(store: SessionStore) -> None:
     engine = engine_with(store, save_every_s=30.0)
     try:
-        engine.run("x = 1")
+        engine.run("x = 1")  # a session's first run is saved: another engine on the store finds it
+        assert version(store) == 1
         engine.run("x += 1")
-        assert version(store) == 0  # left to the checkpoints
+        engine.run("x += 1")
+        assert version(store) == 1  # left to the checkpoints
         crashed = engine.run("x += 100\nimport os\nos._exit(1)")
         assert crashed.rolled_back is True  # by the checkpoint, with nothing stored
-        assert engine.run("x").value == "2"
-        assert version(store) == 0
+        assert engine.run("x").value == "3"
+        assert version(store) == 1
     finally:
         engine.close()
-    assert version(store) == 1  # closing saved the last state
+    assert version(store) == 2  # closing saved the last state
     with engine_with(store, save_every_s=30.0) as restarted:  # a new host process
-        assert restarted.run("x").value == "2"
+        assert restarted.run("x").value == "3"
 
 
 def test_closing_a_session_saves_it(store: SessionStore) -> None:
     with engine_with(store, save_every_s=30.0) as engine:
+        engine.run("y = 'first'", session="s")
         engine.run("y = 'kept'", session="s")
-        assert version(store, "s") == 0
-        assert engine.close("s") is True
         assert version(store, "s") == 1
+        assert engine.close("s") is True
+        assert version(store, "s") == 2
         assert engine.run("y", session="s").value == "'kept'"  # back from the store
 
 
@@ -108,10 +111,11 @@ def test_the_store_is_written_every_save_every_s_while_used_and_after(store: Ses
 
 def test_hibernation_saves_first(store: SessionStore) -> None:
     with engine_with(store, save_every_s=30.0) as engine:
-        engine.run("z = [1, 2]")
-        assert version(store) == 0
-        assert engine.hibernate() is True
+        engine.run("z = [1]")
+        engine.run("z.append(2)")
         assert version(store) == 1
+        assert engine.hibernate() is True
+        assert version(store) == 2
         woke = engine.run("z")
         assert (woke.value, woke.session_restored is not None) == ("[1, 2]", True)
 
@@ -159,3 +163,39 @@ def test_a_crash_without_checkpoint_after_unsaved_cells_says_how_far_back(store:
 def test_save_every_s_must_be_positive(store: SessionStore) -> None:
     with pytest.raises(ValueError, match="save_every_s"):
         ReplEngine(policy="trusted", store=store, snapshot_key=KEY, save_every_s=0)
+
+
+def test_two_engines_taking_turns_on_one_session_never_diverge(store: SessionStore) -> None:
+    """A load balancer without sticky sessions: calls alternate between two engines on one store. An
+    engine that takes the session over from the store saves after its run, so the other sees a newer
+    version and continues from it, instead of going on from its own, older state."""
+    a, b = engine_with(store), engine_with(store)
+    try:
+        assert a.run("log = ['a1']").status == "ok"
+        assert b.run("log.append('b2')").status == "ok"
+        assert a.run("log.append('a3')").status == "ok"
+        assert b.run("log.append('b4')").status == "ok"
+        assert a.run("log").value == "['a1', 'b2', 'a3', 'b4']"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_changes_another_engine_overtook_are_reported_not_saved_over_it(store: SessionStore) -> None:
+    """Engine a's cell waits for its save; engine b continues from the store (without that cell) and
+    saves. Then a neither writes its stale state over b's nor goes on silently: its next run comes
+    back from b's state and says that its unsaved runs were superseded."""
+    a, b = engine_with(store), engine_with(store)
+    try:
+        a.run("log = ['a1']")
+        a.close("default")  # saved on close: the store holds a1
+        a.run("log.append('a2')")  # waits for its save (checkpointed)
+        assert b.run("log.append('b3')").status == "ok"  # from the store: a1 only
+        a._durable.flush()  # type: ignore[union-attr]  # a's background pass, or its close
+        back = a.run("log")
+        assert back.value == "['a1', 'b3']"
+        assert any(note.startswith("Another process continued this session") for note in back.notes)
+        assert b.run("log").value == "['a1', 'b3']"
+    finally:
+        a.close()
+        b.close()
