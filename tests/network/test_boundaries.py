@@ -7,6 +7,7 @@ resolver maps the test names to the loopback servers of conftest.py. Nothing lea
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -449,3 +450,40 @@ def test_the_run_tool_tells_the_model_which_hosts_it_may_reach(engine: ReplEngin
     assert f"Network: only {', '.join(engine.boundary.network_policy.allow)}, through a proxy" in text
     assert "environment variables API_TOKEN as they are" in text
     assert "Network:" not in RUN_PYTHON.describe(ReplEngine(boundary="inprocess"))
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether any readable mapping of process `pid` holds `needle` (read through /proc/PID/mem)."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if not perms.startswith("r") or "[vvar" in line or "[vsyscall" in line:
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                found = found or needle in mem.read(end - start)
+            except (OSError, OverflowError, ValueError):
+                continue
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading another process's memory needs root here")
+def test_the_secret_value_is_nowhere_in_the_workers_memory(engine: ReplEngine, http_server: Server) -> None:
+    # /big answers with filler, not an echo of the request (which would hand the value back).
+    engine.run(
+        "import os, urllib.request\n"
+        f"request = urllib.request.Request('http://api.test:{http_server.port}/big?n=16')\n"
+        "request.add_header('Authorization', 'Bearer ' + os.environ['API_TOKEN'])\n"
+        "urllib.request.urlopen(request, timeout=5).close()\n"
+        "del request",
+        session="m",
+    )
+    assert http_server.received[-1]["headers"]["Authorization"] == f"Bearer {VALUE}"  # type: ignore[index]
+    state = engine.boundary._sessions.find("m")  # type: ignore[attr-defined]
+    pid = state.worker.pid
+    placeholder = engine.run("import os; os.environ['API_TOKEN']", session="m").value.strip("'").encode()
+    # The scan can see what it looks for: the placeholder the session does hold.
+    assert _memory_holds(pid, placeholder)
+    assert not _memory_holds(pid, VALUE.encode())
