@@ -579,9 +579,10 @@ class ReplEngine:
         snapshots; in-process that is the session object, subprocess its worker), and what a
         snapshot cannot hold (open files, threads, processes) is listed in the returned
         SessionRestore instead of copied. On the subprocess boundary without a store, the source's
-        worker hands its state straight to the target's (a memory file the target maps), which
-        costs about what pickling the variables and importing their modules in the target cost; in
-        the other cases, what a snapshot and a restore of that state cost (slower).
+        worker hands its state straight to the target's through a memory file the target maps
+        copy-on-write: that costs one copy of the arrays' bytes, plus the imports the target's new
+        worker does not have yet (`preload` spares those). Elsewhere it costs a snapshot and a
+        restore of that state (much slower for large arrays).
         SessionNotFound for an unknown `source`, ValueError for a `target` that exists, EngineClosed
         after close(): in each case nothing changes.
         """
