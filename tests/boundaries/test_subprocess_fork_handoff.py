@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from collections.abc import Iterator
 
 import pytest
 
-from genpark_repl_tools import Limits, ReplEngine
+from genpark_repl_tools import BoundaryError, Limits, ReplEngine
 from genpark_repl_tools.snapshot import SnapshotError, SnapshotTooLarge
 
 pytest.importorskip("genpark_repl_tools.boundaries.subprocess")
@@ -165,3 +166,31 @@ def test_a_restricted_policy_forks_the_same_way() -> None:
         finally:
             handoff.close()
         assert engine.run("twice(data).tolist()", session="copy").value == "[0, 2, 4, 6, 8]"
+
+
+def test_descriptors_a_worker_keeps_passing_are_not_kept(engine: ReplEngine) -> None:
+    # It sends 200 descriptors before its reply and waits: the host holds two at most meanwhile,
+    # and none after, and the handoff is refused (more than the one a handoff brings came).
+    engine.run("kept = [1, 2]", session="src")
+    hostile = (
+        f"import os, sys, time\nw = {WORKER}\nP = w.P\nreal = w._Worker._hand_out\n"
+        "def _hand_out(self):\n"
+        "    junk = os.pipe()[0]\n"
+        "    for _ in range(200):  # frames answering no request, each with a descriptor\n"
+        "        P.send_frame(self.sock, P.ACK, b'', [junk])\n"
+        "    time.sleep(1.0)\n"
+        "    return real(self)\n"
+        "w._Worker._hand_out = _hand_out"
+    )
+    assert engine.run(hostile, session="src").status == "ok"
+    before = len(os.listdir("/proc/self/fd"))
+    during: list[int] = []
+    watcher = threading.Timer(0.6, lambda: during.append(len(os.listdir("/proc/self/fd"))))
+    watcher.start()
+    with pytest.raises(BoundaryError, match="unexpected reply"):
+        engine.fork("src", "copy")
+    watcher.join()
+    # +2 kept, and the target's worker started meanwhile (its socket and pipes)
+    assert during and during[0] <= before + 2 + 8
+    assert len(os.listdir("/proc/self/fd")) <= before
+    assert "copy" not in engine.sessions()

@@ -161,7 +161,7 @@ class WorkerClient:
         # the first read takes descriptors; every later one drops any it is sent.
         self.wants_listener = False
         self.listener: socket.socket | None = None
-        self.passed: list[int] | None = None  # while a FORK_OUT waits: the descriptors that came
+        self.passed: list[int] | None = None  # while a FORK_OUT waits: descriptors that came (<= 2)
         self.frames = P.FrameBuffer()
         # Every request carries a fresh id and the worker echoes it: `wait` drops the late reply of a
         # call that was abandoned mid-flight instead of handing it to the next caller.
@@ -447,8 +447,7 @@ class WorkerClient:
                             if self.wants_listener:
                                 data = self._recv_listener()
                             elif self.passed is not None:
-                                data, ancdata, _, _ = self.sock.recvmsg(_READ_CHUNK, socket.CMSG_SPACE(4 * 4))
-                                self.passed += P.passed_fds(ancdata)
+                                data = self._recv_passed()
                             else:
                                 data = self.sock.recv(_READ_CHUNK)
                         except OSError:
@@ -478,6 +477,20 @@ class WorkerClient:
         for fd in P.passed_fds(ancdata):
             if self.listener is None:
                 self.listener = _checked_listener(fd)
+            else:
+                os.close(fd)
+        return data
+
+    def _recv_passed(self) -> bytes:
+        """A read that keeps the descriptors passed with it: two at most in all (one is what a
+        handoff brings, a second makes it invalid), so a worker that keeps sending them cannot
+        fill the host's descriptor table."""
+        data, ancdata, _, _ = self.sock.recvmsg(_READ_CHUNK, socket.CMSG_SPACE(4 * 4))
+        passed = self.passed
+        assert passed is not None
+        for fd in P.passed_fds(ancdata):
+            if len(passed) < 2:
+                passed.append(fd)
             else:
                 os.close(fd)
         return data
