@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import socket
 import threading
 import time
 import uuid
@@ -62,6 +63,7 @@ _DIED_BEFORE_MARGIN_S = 0.0
 _START_S = 120.0  # a new host: a worker process on its node, then its zygote
 _HEAD = "node:__internal_head__"  # a resource only the head node has
 _LOST_HINT = "The session's variables are gone; re-create what you need."
+_ACTOR_ALIVE = 2  # ActorTableData.ALIVE in Ray's gcs.proto (a protobuf wire value, so it stays)
 
 
 class _Lost(Exception):
@@ -86,6 +88,68 @@ class _Placed:
         self.lost: str | None = None  # why the next call starts the session again, empty
         self.running: tuple[ExecutionRequest, str] | None = None  # (request, request id)
         self.abandoned: list[Any] = []  # refs of calls the caller stopped waiting for
+
+
+class _LaneClient:
+    """The driver's side of a host's `Lane` (see _ray/_actors.py): its open connections, each
+    carrying one call at a time. At most `limit` calls use it at once (the host's concurrency);
+    more go through Ray."""
+
+    __slots__ = ("_closed", "_idle", "_lock", "busy", "limit", "path", "token")
+
+    def __init__(self, path: str, token: bytes, limit: int) -> None:
+        self.path = path
+        self.token = token
+        self.limit = limit
+        self.busy = 0
+        self._idle: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self) -> socket.socket | None:
+        """A connection for one call (None: `limit` calls use the lane now). OSError if the host
+        does not take a new one (gone, or not on this machine)."""
+        with self._lock:
+            if self._closed or self.busy >= self.limit:
+                return None
+            self.busy += 1
+            if self._idle:
+                return self._idle.pop()
+        try:
+            return self._connect()
+        except BaseException:
+            with self._lock:
+                self.busy -= 1
+            raise
+
+    def _connect(self) -> socket.socket:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.settimeout(_CONTROL_S)
+            conn.connect(self.path)
+            conn.sendall(self.token)
+            if conn.recv(1) != b"\x01":
+                raise ConnectionError("the host did not accept the lane's token")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def give(self, conn: socket.socket, *, keep: bool) -> None:
+        """Hand back a call's connection; `keep` only one whose reply was read whole."""
+        with self._lock:
+            self.busy -= 1
+            if keep and not self._closed:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
 
 class _Relay:
@@ -137,7 +201,9 @@ class RayBoundary(BaseBoundary):
 
     Security model: that of the subprocess boundary, on every node (the same sandbox, checked on each
     node by `describe()`), plus Ray's own: anyone who can reach the cluster can run code on it, so the
-    cluster must be private (see docs/ray.md).
+    cluster must be private (see docs/ray.md). Plain calls to a host on the driver's own machine skip
+    Ray's round trip through the host's lane, a Unix socket that serves only a connection presenting
+    a token the driver received through Ray (see `Lane`).
 
     Options (all keyword):
         address            Ray cluster address for ray.init when Ray is not initialized yet
@@ -200,6 +266,8 @@ class RayBoundary(BaseBoundary):
         self._kill_grace_s = float(subprocess_options.get("kill_grace_s", 0.25))
         self._sessions: SessionTable[_Placed] = SessionTable(limits.max_sessions)
         self._hosts: dict[str, Any] = {}  # node id -> host actor, guarded by _hosts_lock
+        # node id -> (host, its lane, or None where there is none: a host on another machine)
+        self._lanes: dict[str, tuple[Any, _LaneClient | None]] = {}  # guarded by _hosts_lock
         self._hosts_lock = threading.Lock()
         self._placement: Any = _placement_actor()
         # Start a host on every live node now, so a new session does not wait for one.
@@ -332,6 +400,10 @@ class RayBoundary(BaseBoundary):
         with self._hosts_lock:
             hosts = list(self._hosts.values())
             self._hosts.clear()
+            lanes = [lane for _, lane in self._lanes.values() if lane is not None]
+            self._lanes.clear()
+        for lane in lanes:
+            lane.close()
         closing = [host.close.remote() for host in hosts]
         if closing:
             ray.wait(closing, num_returns=len(closing), timeout=_CONTROL_S)
@@ -356,12 +428,21 @@ class RayBoundary(BaseBoundary):
             offer = request.tools.offer()
         # One pickled argument: Ray handles it faster than six (about 0.1 ms a call).
         call = (state.name, request.code, request.timeout_s, rid, relay is not None, offer)
-        ref = host.execute.remote(pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL))
+        payload = pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)
+        deadline = time.monotonic() + timeout + self._kill_grace_s + _REPLY_SLACK_S
+        lane = None if relay is not None or tools is not None else self._lane(state.node, host)
+        if lane is not None and _alive(host):
+            try:
+                conn = lane.take()
+            except OSError as exc:  # the host took no new connection: gone? The call never left
+                raise self._broken(host, sent=False) from exc
+            if conn is not None:
+                return self._call_lane(state, request, rid, payload, lane, conn, deadline)
+        ref = host.execute.remote(payload)
         state.running = (request, rid)
         try:
             if request.cancelled:  # cancelled between the check in execute and `running` being set
                 host.interrupt.remote(state.name, rid)
-            deadline = time.monotonic() + timeout + self._kill_grace_s + _REPLY_SLACK_S
             if tools is None:
                 reply = self._wait(host, ref, deadline, relay)
             else:
@@ -394,6 +475,140 @@ class RayBoundary(BaseBoundary):
             raise _Lost(f"the host of session {state.name!r} sent {type(reply).__name__}", dead=False)
         return reply
 
+    def _call_lane(
+        self,
+        state: _Placed,
+        request: ExecutionRequest,
+        rid: str,
+        payload: bytes,
+        lane: _LaneClient,
+        conn: socket.socket,
+        deadline: float,
+    ) -> ExecutionResult:
+        """`_call` through the host's lane: the same call, its liveness checked by the same pings."""
+        host = state.host
+        state.running = (request, rid)
+        read_whole = False
+        try:
+            if request.cancelled:  # cancelled between the check in execute and `running` being set
+                host.interrupt.remote(state.name, rid)
+            try:
+                conn.sendall(len(payload).to_bytes(4, "big") + payload)
+            except OSError as exc:
+                raise self._broken(host, sent=True) from exc
+            reply = self._wait_lane(host, conn, deadline)
+            read_whole = True
+        except _Lost:
+            raise
+        except BaseException:
+            # The caller stopped waiting (Ctrl-C, a cancelled task): stop the code. Its connection is
+            # closed; the session's next call waits on its host for this one to end (bounded).
+            host.interrupt.remote(state.name, rid)
+            raise
+        finally:
+            state.running = None
+            lane.give(conn, keep=read_whole)
+        # The same trust as a result through Ray (see `_call`): the host made it, and only a
+        # connection that presented the lane's token, which came through Ray, carries it.
+        answer = pickle.loads(reply[1:])
+        if reply[:1] == b"E":  # the call raised on the host (SessionClosed, ...)
+            raise answer
+        if not isinstance(answer, ExecutionResult):
+            raise _Lost(f"the host of session {state.name!r} sent {type(answer).__name__}", dead=False)
+        return answer
+
+    def _wait_lane(self, host: Any, conn: socket.socket, deadline: float) -> bytes:
+        """The reply frame of the call sent on `conn`, or _Lost once its host is dead, the
+        connection broke or the deadline has passed; while it runs, a ping every poll as in `_wait`."""
+        buf = bytearray()
+        need = 0  # the frame's whole length, once its header is in
+        probe: Any = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Lost("the node holding the session did not answer in time", dead=False)
+            conn.settimeout(min(_POLL_S, remaining))
+            try:
+                chunk = conn.recv(max(need - len(buf), 1 << 16))
+            except TimeoutError:
+                probe = self._probe(host, probe)
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                raise self._broken(host, sent=True)
+            buf += chunk
+            if not need and len(buf) >= 4:
+                need = 4 + int.from_bytes(buf[:4], "big")
+            if need and len(buf) >= need:
+                return bytes(buf[4:need])
+
+    def _broken(self, host: Any, *, sent: bool) -> _Lost:
+        """Why a lane connection failed in a call: its host is gone (Ray says so), or not. A call
+        that was `sent` may have run on the host's process however long ago Ray recorded its death
+        (the process can outlive that record), so it is never run again elsewhere: no actor id."""
+        try:
+            ray.get(host.ping.remote(), timeout=_CONTROL_S)
+        except RayActorError as exc:
+            actor_id = None if sent else getattr(exc, "actor_id", None)
+            return _Lost(_explain(exc), dead=True, actor_id=actor_id)
+        except GetTimeoutError:
+            return _Lost("the node holding the session did not answer in time", dead=False)
+        return _Lost("its host closed the call's connection", dead=False)
+
+    def _lane(self, node: str | None, host: Any) -> _LaneClient | None:
+        """The lane of `host`, found on its first plain call; None for a host on another machine
+        (its socket is not reachable from here) or one that has none."""
+        with self._hosts_lock:
+            known = self._lanes.get(node or "")
+        if known is not None and known[0] is host:
+            return known[1]
+        lane = None
+        try:
+            found = ray.get(host.lane.remote(), timeout=_CONTROL_S)
+        except (RayActorError, GetTimeoutError):
+            return None  # the call will find out why
+        if found is not None:
+            path, token = found
+            lane = _LaneClient(path, token, self._host_concurrency)
+            try:
+                first = lane.take()
+            except OSError:  # not on this machine (or not this host's socket): through Ray
+                lane = None
+            else:
+                if first is not None:
+                    lane.give(first, keep=True)
+        with self._hosts_lock:
+            known = self._lanes.get(node or "")
+            if known is not None and known[0] is host:  # another call found it first
+                kept: _LaneClient | None = known[1]
+            elif self._closed or node is None or self._hosts.get(node) is not host:
+                kept = None
+            else:
+                self._lanes[node] = (host, lane)
+                return lane
+        if lane is not None:
+            lane.close()
+        return kept
+
+    def _probe(self, host: Any, probe: Any, relay: _Relay | None = None) -> Any:
+        """Take the answer of the liveness probe in flight (`probe`, if there is one and it has
+        answered) and send the next: a ping, or for a streamed call (`relay`) its output poll.
+        _Lost if the host is dead or did not answer."""
+        try:
+            if probe is not None and ray.wait([probe], timeout=0)[0]:
+                answer = ray.get(probe, timeout=_CONTROL_S)
+                probe = None
+                if relay is not None and answer is not None:
+                    relay.deliver(*answer)
+            if probe is None:
+                probe = host.ping.remote() if relay is None else relay.poll(host)
+        except RayActorError as exc:
+            raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
+        except GetTimeoutError as exc:
+            raise _Lost("the node holding the session did not answer in time", dead=False) from exc
+        return probe
+
     def _wait(self, host: Any, ref: Any, deadline: float, relay: _Relay | None = None) -> Any:
         """The reply to `ref`, or _Lost once its host is dead or the deadline has passed.
 
@@ -414,18 +629,7 @@ class RayBoundary(BaseBoundary):
                 pass
             except RayActorError as exc:
                 raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
-            try:
-                if probe is not None and ray.wait([probe], timeout=0)[0]:
-                    answer = ray.get(probe, timeout=_CONTROL_S)
-                    probe = None
-                    if relay is not None and answer is not None:
-                        relay.deliver(*answer)
-                if probe is None:
-                    probe = host.ping.remote() if relay is None else relay.poll(host)
-            except RayActorError as exc:
-                raise _Lost(_explain(exc), dead=True, actor_id=getattr(exc, "actor_id", None)) from exc
-            except GetTimeoutError as exc:
-                raise _Lost("the node holding the session did not answer in time", dead=False) from exc
+            probe = self._probe(host, probe, relay)
 
     def _wait_with_tools(
         self, host: Any, ref: Any, deadline: float, relay: _Relay | None, tools: _ToolRelay
@@ -556,6 +760,11 @@ class RayBoundary(BaseBoundary):
             with self._hosts_lock:
                 if self._hosts.get(node) is host:
                     del self._hosts[node]
+                known = self._lanes.get(node)
+                if known is not None and known[0] is host:
+                    del self._lanes[node]
+                    if known[1] is not None:
+                        known[1].close()
             self._placement.drop_node.remote(node)
             why = f"the node holding session {state.name!r} (node {node[:12]}) was lost: {lost}"
         else:
@@ -630,6 +839,16 @@ def _everywhere(nodes: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
         else:
             enforced[name] = "differs by node (see nodes)"
     return enforced, unavailable
+
+
+def _alive(host: Any) -> bool:
+    """Whether this driver's Ray still counts `host` alive: a lane call goes only to a host Ray
+    would send a call to (Ray records a death before the actor's process is gone, and a killed
+    host must run nothing more). Unknown counts as no: the call goes through Ray."""
+    try:
+        return bool(host._get_local_state() == _ACTOR_ALIVE)
+    except Exception:  # a private method: if it moves, calls go through Ray (the lane tests say so)
+        return False
 
 
 def _died_before(lost: _Lost, sent: float) -> bool:

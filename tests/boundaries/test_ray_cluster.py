@@ -1,8 +1,12 @@
 """The Ray boundary on a real two-node local cluster: placement, isolation, capacity, big results,
-streamed output."""
+streamed output, the hosts' lanes."""
 
 from __future__ import annotations
 
+import os
+import pickle
+import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +18,7 @@ from _ray_cluster import ray, ray_cluster_fixture  # noqa: F401 (the ray_cluster
 from genpark_repl_tools import Limits, OutputEvent, ReplEngine, ResultEvent
 from genpark_repl_tools._exceptions import CapacityError, MissingDependency
 from genpark_repl_tools.boundaries._ray._actors import Outbox
-from genpark_repl_tools.boundaries.ray import _Relay
+from genpark_repl_tools.boundaries.ray import NAMESPACE, _Relay
 
 
 @pytest.fixture
@@ -81,14 +85,55 @@ def test_sessions_per_node_caps_placement(make_engine: Any) -> None:
     assert engine.run("3", session="three").value == "3"  # the freed room is used
 
 
-def test_big_results_travel_through_the_object_store(make_engine: Any) -> None:
+def test_big_results_arrive_whole_through_the_lane(make_engine: Any) -> None:
+    # Every node of this cluster is on this machine: plain calls take the hosts' lanes, big results
+    # included, and nothing goes through the object store (a streamed call's does, below).
     engine = make_engine(limits=Limits(max_output_chars=1_000_000))
     result = engine.run("print('x' * 300_000)", session="big")
     assert (result.status, len(result.stdout), result.stdout_truncated) == ("ok", 300_001, False)
     small = engine.run("print('y')", session="big")
     assert small.stdout == "y\n"
-    counts = [d["big_results"] for d in engine.boundary.describe()["nodes"].values()]
-    assert sum(counts) == 1
+    nodes = engine.boundary.describe()["nodes"].values()
+    assert (sum(d["lane_calls"] for d in nodes), sum(d["big_results"] for d in nodes)) == (2, 0)
+
+
+def test_only_plain_calls_take_the_lane(make_engine: Any) -> None:
+    engine = make_engine()
+    assert engine.run("x = 1", session="s").status == "ok"
+    events = list(engine.stream("print(x)", session="s"))  # streamed: through Ray
+    assert events[-1].result.stdout == "1\n"  # type: ignore[union-attr]
+    nodes = engine.boundary.describe()["nodes"].values()
+    assert sum(d["lane_calls"] for d in nodes) == 1
+
+
+def test_a_lane_serves_only_who_presents_its_token(make_engine: Any) -> None:
+    engine = make_engine()
+    engine.run("x = 41", session="s")
+    node = engine.boundary.describe()["placement"]["s"]
+    host = ray.get_actor(f"genpark-repl-host-{engine.boundary.key}-{node[:16]}", namespace=NAMESPACE)
+    path, token = ray.get(host.lane.remote())
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    call = pickle.dumps(("s", "x + 1", None, "rid-1", False, None))
+    frame = len(call).to_bytes(4, "big") + call
+    for wrong in (bytes(len(token)), token[:-1] + bytes([token[-1] ^ 1])):
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(10)
+            conn.connect(path)
+            conn.sendall(wrong + frame)
+            try:
+                answer = conn.recv(1)
+            except ConnectionResetError:  # closed with the frame unread
+                answer = b""
+            assert answer == b""  # no answer: the call never ran
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(10)
+        conn.connect(path)
+        conn.sendall(token + frame)
+        assert conn.recv(1) == b"\x01"
+        header = conn.recv(4, socket.MSG_WAITALL)
+        reply = conn.recv(int.from_bytes(header, "big"), socket.MSG_WAITALL)
+    assert reply[:1] == b"R" and pickle.loads(reply[1:]).value == "42"
+    assert engine.run("x", session="s").value == "41"  # the wrong tokens ran nothing
 
 
 def test_big_streamed_output_arrives_once_and_whole(make_engine: Any) -> None:
