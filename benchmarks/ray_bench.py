@@ -6,9 +6,12 @@
 Rows (medians unless said otherwise):
     call_ms            a trivial call (`1`) on a warm session: subprocess, ray, and what Ray adds (the
                        median over rounds of the difference of the two, timed in alternating batches so
-                       that load from other processes hits both alike; the goal is at most 1 ms)
-    ray_actor_round_trip_ms  a no-op actor call in the same rounds: Ray's own share of `call_ms_ray`
+                       that load from other processes hits both alike; the goal is at most 1 ms). The
+                       local cluster's hosts are on this machine: calls take their lanes (docs/ray.md)
+    ray_actor_round_trip_ms  a no-op actor call in the same rounds: what a call through Ray pays
     call_ms_*_no_checkpoints the same with checkpoints=False on both sides
+    call_ms_*_through_ray    the same with lane=False: every call through Ray, as to a host on
+                       another machine (checkpoints on)
     new_session_ms     the first call of a new session (placement + worker start): subprocess, ray
     pss_mb_per_session proportional memory of one idle session's worker (after `import json`)
     sessions_per_node  how many such sessions fit in a fixed memory budget per node (--budget-mb)
@@ -181,6 +184,11 @@ def main() -> int:
                 ReplEngine(boundary="subprocess", **plain) as local_plain,
             ):
                 no_checkpoints = _call_ms(local_plain, two_plain, noop, rounds, n_calls)
+            # Without lanes: what a call to a host on another machine pays (Ray's round trip).
+            with ReplEngine(
+                boundary="ray", policy="trusted", limits=limits, sessions_per_node=None, lane=False
+            ) as two_ray:
+                through_ray = _call_ms(local, two_ray, noop, rounds, n_calls)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -189,6 +197,7 @@ def main() -> int:
         {
             **calls,
             **{f"{k}_no_checkpoints": v for k, v in no_checkpoints.items() if k.startswith("call_ms")},
+            **{f"{k}_through_ray": v for k, v in through_ray.items() if k.startswith("call_ms")},
             "call_goal_ms": CALL_GOAL_MS,
             "call_rounds": rounds,
             "new_session_ms_subprocess": sub_new,
@@ -228,6 +237,9 @@ def markdown(rows: dict[str, Any]) -> str:
         f"| the same without checkpoints | {rows['call_ms_subprocess_no_checkpoints']:.2f} ms "
         f"| {rows['call_ms_ray_no_checkpoints']:.2f} ms "
         f"(adds {rows['call_ms_added_by_ray_no_checkpoints']:.2f} ms) | |",
+        f"| the same through Ray (`lane=False`, as to a host on another machine) "
+        f"| {rows['call_ms_subprocess_through_ray']:.2f} ms | {rows['call_ms_ray_through_ray']:.2f} ms "
+        f"(adds {rows['call_ms_added_by_ray_through_ray']:.2f} ms) | |",
         f"| Ray's own round trip (a no-op actor call), median "
         f"| | {rows['ray_actor_round_trip_ms']:.2f} ms | |",
         f"| new session's first call, median | {rows['new_session_ms_subprocess']:.1f} ms "
@@ -243,8 +255,10 @@ def markdown(rows: dict[str, Any]) -> str:
         "",
         "A local Ray cluster (`ray.cluster_utils.Cluster`, one CPU per node) on this machine. What Ray adds "
         f"is the median over {rows['call_rounds']} rounds of the difference between the two boundaries' "
-        "warm calls, timed in alternating batches so that load from other processes hits both alike; "
-        "Ray's own round trip, timed in the same rounds, is the part of it no boundary code can remove. "
+        "warm calls, timed in alternating batches so that load from other processes hits both alike. "
+        "Every host of this cluster is on the driver's machine, so plain calls take the hosts' lanes (a "
+        "Unix socket each) and skip Ray's round trip; with `lane=False` every call pays that round "
+        "trip, as a call to a host on another machine does (plus the network). "
         "Without checkpoints, the worker's fork of a checkpoint after each reply does not compete with "
         "Ray's handling of that reply for the CPU (on a loaded machine that competition counts as Ray's "
         "cost). The "

@@ -221,6 +221,9 @@ class RayBoundary(BaseBoundary):
         host_cpus          CPUs each host actor reserves on its node (default 0: the workers it starts
                            are not Ray tasks, size nodes for them instead)
         host_concurrency   calls one host runs at once (threads of the actor)
+        lane               plain calls to a host on this machine go through its lane, not Ray
+                           (default True; False: every call through Ray, e.g. to keep Ray's TLS
+                           and task records on every call)
         **subprocess       every SubprocessBoundary option (session_ttl_s, max_workers, preload, ...),
                            applied on each node
     """
@@ -240,6 +243,7 @@ class RayBoundary(BaseBoundary):
         snapshot_key: bytes | str | None = None,
         host_cpus: float = 0.0,
         host_concurrency: int = 64,
+        lane: bool = True,
         **subprocess_options: Any,
     ) -> None:
         super().__init__(policy, limits)
@@ -263,6 +267,7 @@ class RayBoundary(BaseBoundary):
         self._snapshot_key = snapshot_key
         self._host_cpus = host_cpus
         self._host_concurrency = host_concurrency
+        self._use_lanes = lane
         self._kill_grace_s = float(subprocess_options.get("kill_grace_s", 0.25))
         self._sessions: SessionTable[_Placed] = SessionTable(limits.max_sessions)
         self._hosts: dict[str, Any] = {}  # node id -> host actor, guarded by _hosts_lock
@@ -430,7 +435,8 @@ class RayBoundary(BaseBoundary):
         call = (state.name, request.code, request.timeout_s, rid, relay is not None, offer)
         payload = pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)
         deadline = time.monotonic() + timeout + self._kill_grace_s + _REPLY_SLACK_S
-        lane = None if relay is not None or tools is not None else self._lane(state.node, host)
+        plain = relay is None and tools is None and self._use_lanes
+        lane = self._lane(state.node, host) if plain else None
         if lane is not None and _alive(host):
             try:
                 conn = lane.take()

@@ -85,16 +85,17 @@ def test_sessions_per_node_caps_placement(make_engine: Any) -> None:
     assert engine.run("3", session="three").value == "3"  # the freed room is used
 
 
-def test_big_results_arrive_whole_through_the_lane(make_engine: Any) -> None:
+@pytest.mark.parametrize(("lane", "counts"), [(True, (2, 0)), (False, (0, 1))])
+def test_big_results_arrive_whole(make_engine: Any, lane: bool, counts: tuple[int, int]) -> None:
     # Every node of this cluster is on this machine: plain calls take the hosts' lanes, big results
-    # included, and nothing goes through the object store (a streamed call's does, below).
-    engine = make_engine(limits=Limits(max_output_chars=1_000_000))
+    # included. Without lanes (as for hosts on other machines) a big one goes through the object store.
+    engine = make_engine(limits=Limits(max_output_chars=1_000_000), lane=lane)
     result = engine.run("print('x' * 300_000)", session="big")
     assert (result.status, len(result.stdout), result.stdout_truncated) == ("ok", 300_001, False)
     small = engine.run("print('y')", session="big")
     assert small.stdout == "y\n"
     nodes = engine.boundary.describe()["nodes"].values()
-    assert (sum(d["lane_calls"] for d in nodes), sum(d["big_results"] for d in nodes)) == (2, 0)
+    assert (sum(d["lane_calls"] for d in nodes), sum(d["big_results"] for d in nodes)) == counts
 
 
 def test_only_plain_calls_take_the_lane(make_engine: Any) -> None:
