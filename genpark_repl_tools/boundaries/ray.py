@@ -222,8 +222,7 @@ class RayBoundary(BaseBoundary):
                            are not Ray tasks, size nodes for them instead)
         host_concurrency   calls one host runs at once (threads of the actor)
         lane               plain calls to a host on this machine go through its lane, not Ray
-                           (default True; False: every call through Ray, e.g. to keep Ray's TLS
-                           and task records on every call)
+                           (default True; False: every call through Ray, as to other machines)
         **subprocess       every SubprocessBoundary option (session_ttl_s, max_workers, preload, ...),
                            applied on each node
     """
