@@ -124,3 +124,19 @@ def test_a_protection_one_node_lacks_is_not_claimed() -> None:
         {"network_isolation": "no user namespaces"},
     )
     assert _everywhere([full, full]) == (full["enforced"], {})
+
+
+def test_a_session_cannot_reach_its_hosts_lane(engine: ReplEngine) -> None:
+    # The lane runs code in any session of its host for whoever presents its token; the sessions
+    # themselves must not even reach it (the driver does: its calls here take the lane).
+    from test_subprocess_sandbox import _require
+
+    _require(engine, "network_isolation")
+    engine.run("1", session="lane")
+    node = engine.boundary.describe()["placement"]["lane"]
+    host = engine.boundary._hosts[node]  # type: ignore[attr-defined]
+    path, _ = ray.get(host.lane.remote())
+    code = f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({path!r})"
+    result = engine.run(code, session="lane")
+    assert result.error is not None and result.error.type == "PermissionError"
+    assert engine.describe()["nodes"][node]["lane_calls"] >= 2
