@@ -220,7 +220,8 @@ class RayBoundary(BaseBoundary):
         snapshot_key       the HMAC key of the snapshots (required with a store; same on every node)
         host_cpus          CPUs each host actor reserves on its node (default 0: the workers it starts
                            are not Ray tasks, size nodes for them instead)
-        host_concurrency   calls one host runs at once (threads of the actor)
+        host_concurrency   calls one host runs at once through Ray (threads of the actor), and
+                           again through its lane
         lane               plain calls to a host on this machine go through its lane, not Ray
                            (default True; False: every call through Ray, as to other machines)
         **subprocess       every SubprocessBoundary option (session_ttl_s, max_workers, preload, ...),
@@ -439,8 +440,11 @@ class RayBoundary(BaseBoundary):
         if lane is not None and _alive(host):
             try:
                 conn = lane.take()
-            except OSError as exc:  # the host took no new connection: gone? The call never left
-                raise self._broken(host, sent=False) from exc
+            except OSError as exc:  # no new connection (the call never left): is the host gone?
+                lost = self._broken(host, sent=False)
+                if lost.dead:
+                    raise lost from exc
+                conn = None  # it lives (this process is out of descriptors, ...): through Ray
             if conn is not None:
                 return self._call_lane(state, request, rid, payload, lane, conn, deadline)
         ref = host.execute.remote(payload)
