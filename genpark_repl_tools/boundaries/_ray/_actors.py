@@ -15,9 +15,9 @@ import hmac
 import os
 import pickle
 import secrets
-import shutil
 import socket
-import tempfile
+import struct
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict, deque
@@ -154,20 +154,20 @@ class Lane:
     both sides on a 2-core machine), through this socket a few microseconds. Calls from other
     machines, and every other method, go through Ray.
 
-    A connection is served only after it sends the lane's token (32 random bytes that reach the
-    driver as the return value of a Ray call, `SessionHost.lane`): the socket sits in a directory
-    only this process's user can enter, and even a process that can reach it (a worker of the same
-    user) cannot present the token. Requests and replies are frames: 4 bytes of length (big-endian),
-    then a pickle; each is read only from a connection that presented the token, so the trust is
-    the same as for a Ray call. A reply is `b"R"` and the pickled result, or `b"E"` and the pickled
-    exception the call raised.
+    The socket is abstract (Linux only): no file to leave behind when the host dies, and reachable
+    only from the host's network namespace (a driver in another container goes through Ray; a
+    sandboxed worker has a namespace of its own, and seccomp refuses it Unix sockets). A connection
+    is served only if its process runs as the host's user, and only after it sends the lane's token
+    (32 random bytes that reach the driver as the return value of a Ray call, `SessionHost.lane`).
+    Requests and replies are frames: 4 bytes of length (big-endian), then a pickle; each is read
+    only from a connection that presented the token, so the trust is the same as for a Ray call. A
+    reply is `b"R"` and the pickled result, or `b"E"` and the pickled exception the call raised.
     """
 
     def __init__(self, run: Callable[[bytes], bytes]) -> None:
         self.token = secrets.token_bytes(TOKEN_BYTES)
         self._run = run
-        self._dir = tempfile.mkdtemp(prefix="genpark-repl-lane-")  # 0700
-        self.path = os.path.join(self._dir, "s")
+        self.path = "\0genpark-repl-lane-" + secrets.token_hex(16)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._listener.bind(self.path)
@@ -183,6 +183,9 @@ class Lane:
                 conn, _ = self._listener.accept()
             except OSError:  # closed
                 return
+            if _peer_uid(conn) != os.getuid():  # another user of this machine: not even a thread
+                conn.close()
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -191,7 +194,10 @@ class Lane:
             presented = _read_exactly(conn, TOKEN_BYTES)
             if presented is None or not hmac.compare_digest(presented, self.token):
                 return
-            conn.sendall(b"\x01")
+            try:
+                conn.sendall(b"\x01")
+            except OSError:
+                return
             conn.settimeout(None)  # the driver bounds each call and closes a connection it gives up on
             while True:
                 frame = _read_frame(conn)
@@ -212,8 +218,17 @@ class Lane:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not)
+        with contextlib.suppress(OSError):
             self._listener.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _peer_uid(conn: socket.socket) -> int | None:
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    return int(struct.unpack("3i", creds)[1])
 
 
 def _read_exactly(conn: socket.socket, n: int) -> bytes | None:
@@ -275,7 +290,9 @@ class SessionHost:
 
     def lane(self) -> tuple[str, bytes] | None:
         """The path and token of this host's `Lane` (made on first use); None if it cannot be made
-        (a temporary directory whose path is too long for a Unix socket, ...)."""
+        (not Linux, ...)."""
+        if not sys.platform.startswith("linux"):  # abstract sockets are Linux's
+            return None
         with self._lock:
             if self._lane is None:
                 try:
