@@ -320,6 +320,9 @@ class _Zygote:
             self._detach()
             assert self.prepared is not None
             _close_all_but({0, 1, 2, sock.fileno(), *self.prepared.inherited_fds()})
+            # While it waits, a first table's copy-on-write faults (each zygote page its objects'
+            # reference counts touch is copied at its first write): off the session's first call.
+            prepare_data()
             data, ancdata, flags, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE((_FDS_PER_WORKER + 1) * 4))
             if not data:  # the zygote is gone, or let this spare go
                 os._exit(0)
