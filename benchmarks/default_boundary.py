@@ -12,6 +12,9 @@
   plus the USS of every child process: zygote, live workers and their checkpoint copies), the wall time
   to create them, and on the default (32 live workers; the rest hibernated to the engine's own
   temporary store) the median time to call a hibernated one again.
+- A new conversation's first table (`import pandas as pd; pd.DataFrame(...).describe()`) on the
+  default, with numpy and pandas preloaded in the zygote (as `genpark-repl mcp` does) and without:
+  the median over fresh sessions.
 """
 
 from __future__ import annotations
@@ -94,6 +97,25 @@ def idle_sessions(name: str, sessions: int) -> dict[str, Any]:
     return figures
 
 
+FIRST_TABLE = "import pandas as pd\npd.DataFrame({'a': [1, 2, 3], 'b': [4.0, 5.0, 6.0]}).describe()"
+
+
+def first_table_ms(preload: tuple[str, ...], sessions: int = 15, pause_s: float = 0.3) -> float:
+    """A new conversation's first pandas call on the default boundary: the median over fresh
+    sessions, each started --pause after the last reply (as a new user's would: the zygote has forked
+    its next spare meanwhile)."""
+    times = []
+    with ReplEngine(preload=preload, max_workers=sessions + 2) as engine:
+        engine.run("1", session="warm")
+        for i in range(sessions):
+            time.sleep(pause_s)
+            started = time.perf_counter()
+            result = engine.run(FIRST_TABLE, session=f"t{i}")
+            times.append(time.perf_counter() - started)
+            assert result.status == "ok" and "mean" in (result.value or ""), result
+    return round(statistics.median(times) * 1e3, 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
@@ -107,6 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in BOUNDARIES:
         figures["idle"][name] = idle_sessions(name, args.sessions)
     figures["sessions"] = args.sessions
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        figures["first_table_ms"] = {
+            "preloaded": first_table_ms(("numpy", "pandas")),
+            "not_preloaded": first_table_ms(()),
+        }
     print(json.dumps(figures, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
