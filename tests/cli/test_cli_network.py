@@ -9,8 +9,6 @@ from __future__ import annotations
 import http.server
 import io
 import json
-import os
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -95,30 +93,6 @@ def fetch_code(*urls: str) -> str:
 
 
 # ---- run -----------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def docker_image() -> str:
-    """The container boundary's test image, made as tests/container makes it (scripts/docker_env.py
-    skips what is done); without Docker the test skips, under CI it fails."""
-    try:
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "docker_env.py")],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        image = json.loads(done.stdout.strip().splitlines()[-1])["test_image"] if done.returncode == 0 else ""
-        reason = done.stderr[-3000:]
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, KeyError) as exc:
-        image, reason = "", f"{type(exc).__name__}: {exc}"
-    if not image:
-        message = f"Docker could not be set up for the container boundary: {reason}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return str(image)
 
 
 @pytest.mark.parametrize("boundary", ["subprocess", "docker"])

@@ -1,16 +1,9 @@
-"""Docker for the container boundary's tests: a daemon, the base image and the test image, set up once.
-
-scripts/docker_env.py does the work (installing docker.io, starting a daemon, building the images) and
-skips what is already done, so after the first run on a machine this takes about a second. Without
-Docker the tests skip here; under CI (the CI environment variable set) they fail instead.
-"""
+"""Helpers for the container boundary's tests. The `docker_image` fixture (a daemon, the base image and
+the test image, set up once by scripts/docker_env.py) is in tests/conftest.py, shared with the CLI's."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,24 +17,6 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "docker_env.py"
 PROBE_MODULE = "genpark_image_probe"
 # Labels every container of the boundary carries.
 ENGINE_LABEL = "genpark-repl.engine"
-
-
-@pytest.fixture(scope="session")
-def docker_image() -> str:
-    try:
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=900, check=False
-        )
-        reason = done.stderr[-3000:]
-        image = json.loads(done.stdout.strip().splitlines()[-1])["test_image"] if done.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, KeyError) as exc:
-        image, reason = "", f"{type(exc).__name__}: {exc}"
-    if not image:
-        message = f"Docker could not be set up for the container boundary's tests: {reason}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return str(image)
 
 
 def containers(label: str) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pki import make_pki
 
 from genpark_repl_tools import Limits
 from genpark_repl_tools.egress import ConnectionRecord, EgressProxy, NetworkPolicy, Secret
@@ -144,28 +145,9 @@ def test_the_proxy_still_serves_a_session_rolled_back_and_a_second_session(engin
 def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path, list[str]]]:
     """An HTTPS server on the host's loopback with a certificate for api.test from a test authority
     (made with the openssl CLI); yields its port, the authority's file and the tokens it received."""
-    import shutil
     import ssl
-    import subprocess
 
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("the openssl command is needed to make a test certificate")
-    d = tmp_path_factory.mktemp("pki")
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], cwd=d, check=True, capture_output=True, timeout=60)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=genpark container test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
-    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-        "-subj", "/CN=api.test")  # fmt: skip
-    (d / "ext.cnf").write_text(
-        "subjectAltName=DNS:api.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
-    )
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf")  # fmt: skip
+    authority, certificate, key = make_pki(tmp_path_factory.mktemp("pki"), ["api.test"])
     tokens: list[str] = []
 
     class Handler(_Echo):
@@ -177,10 +159,10 @@ def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(d / "server.pem", d / "server.key")
+    context.load_cert_chain(certificate, key)
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield httpd.server_address[1], d / "ca.pem", tokens
+    yield httpd.server_address[1], authority, tokens
     httpd.shutdown()
     httpd.server_close()
 

@@ -20,7 +20,7 @@ from genpark_repl_tools import ReplEngine
 from genpark_repl_tools.egress import EgressProxy, NetworkPolicy, Secret
 
 if TYPE_CHECKING:
-    from conftest import Certificates, Recorder, Server
+    from _servers import Certificates, Recorder, Server
 
 Resolver = Callable[[str], Sequence[str]]
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from _network import fetch
-from conftest import Certificates, Recorder, Server, resolve
+from _servers import Certificates, Recorder, Server, resolve
 
 from genpark_repl_tools.egress import EgressProxy, NetworkPolicy, Secret, SessionEndpoint
 from genpark_repl_tools.egress._authority import system_ca_pem
