@@ -139,7 +139,7 @@ BENCH_PY = BENCH_VENV / ("Scripts" if os.name == "nt" else "bin") / "python"
 
 
 def _bench_stamp(with_peers: bool) -> tuple[list[str], Path, str]:
-    args = ["-e", ".[sandbox]"]
+    args = ["-e", ".[sandbox,ray]"]  # ray: benchmarks/ray_bench.py's figures are in the report
     if (ROOT / "integrations/langchain/pyproject.toml").exists():
         args += ["-e", "integrations/langchain"]
     if with_peers:
