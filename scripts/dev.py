@@ -197,7 +197,8 @@ FULL_ON = ("3.10", "3.15")
 JOBS = 2
 # The container boundary's tests run once, in `dev.py test`: its host side is the same code on every Python,
 # and its workers run the image's Python, not the matrix's (a rooted Python has no Docker daemon to reach).
-MATRIX_IGNORE = ["--ignore=tests/container"]
+# Tests elsewhere that need Docker carry the `docker` mark.
+MATRIX_IGNORE = ["--ignore=tests/container", "-m", "not docker"]
 ROOTED = ("3.14", "3.15")  # not in pyenv here: sid's python3 is 3.14, and it packages python3.15
 CORE_ARGS = ["-e", ".[sandbox]", "-r", "requirements/core.txt"]
 # The core suite: everything under tests/ that needs no framework. The MCP tests need the mcp extra and

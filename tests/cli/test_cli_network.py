@@ -95,7 +95,7 @@ def fetch_code(*urls: str) -> str:
 # ---- run -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("boundary", ["subprocess", "docker"])
+@pytest.mark.parametrize("boundary", ["subprocess", pytest.param("docker", marks=pytest.mark.docker)])
 def test_run_reaches_a_listed_host_and_nothing_else(
     boundary: str,
     listed: Server,
