@@ -198,7 +198,7 @@ def test_usage_errors_exit_2_and_say_why(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     if command == "mcp":
-        pytest.importorskip("mcp")
+        pytest.importorskip("mcp.server.mcpserver")  # not tests/mcp, a namespace package without the SDK
     target = [write_script("print('ran')")] if command == "run" else []
     assert main([command, "--policy", "trusted", *options, *target]) == 2
     captured = capsys.readouterr()
@@ -229,7 +229,7 @@ def test_the_default_policy_is_named_in_the_refusal(
 
 
 def test_mcp_code_reaches_a_listed_host_and_the_model_sees_the_note(listed: Server, tmp_path: Path) -> None:
-    pytest.importorskip("mcp")
+    pytest.importorskip("mcp.server.mcpserver")
     anyio = pytest.importorskip("anyio")  # the MCP SDK's own dependency
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
