@@ -51,6 +51,7 @@ _MAX_FDS_PER_MESSAGE = 16
 _PARENT_CHECK_S = 1.0
 _SHUTDOWN_WAIT_S = 5.0
 _EXIT_SETUP_FAILED = 70
+_PROBE_HEADROOM_KB = 64 * 1024  # as the host's check of Limits.memory_mb (_spawn._MIN_HEADROOM_MB)
 # Where `pip install` puts packages in a session with a network policy (in its workspace).
 PACKAGES_DIR = ".python-packages"
 
@@ -126,6 +127,13 @@ class _Zygote:
             self.prepared = _sandbox.prepare(SandboxConfig.from_json(config["sandbox"]))
             # The copy of a dead worker must become our child to be kept (we are its subreaper).
             self.checkpoints = bool(config.get("checkpoints")) and self.prepared.subreaper
+            memory_mb = self.limits.memory_mb
+            if memory_mb is not None and memory_mb * 1024 < _vm_size_kb() + _PROBE_HEADROOM_KB:
+                # No process forked from here could run under that limit, the probe included: the
+                # host reads the size and says which limit to use instead.
+                hello["vm_size_kb"] = _vm_size_kb()
+                P.send_frame(self.ctl, P.HELLO, json.dumps(hello).encode())
+                return
             hello["probe"] = self._probe(config["workspace_root"])
         except Exception as exc:
             hello["error"] = f"{type(exc).__name__}: {exc}"
