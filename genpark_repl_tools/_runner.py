@@ -61,6 +61,7 @@ def run_cell(
     boundary: str,
     capture_factory: Callable[[int], OutputCapture] = Capture,
     measure_cpu: bool = True,
+    armed: bool = True,
 ) -> ExecutionResult:
     """Run `cell` in `session` (the caller holds `session.lock`).
 
@@ -71,7 +72,9 @@ def run_cell(
     `capture_factory(limit)` makes the execution's output capture; a subprocess worker passes one
     that writes through to its file descriptors. `measure_cpu=False`: leave `usage.cpu_ms` None for
     the caller to set (a worker counts its whole process; reading this thread's CPU clock costs two
-    system calls a run).
+    system calls a run). `armed=False`: no deadline and no watchdog thread, for a process that must
+    stay single-threaded (a spare warming up its first run before it is forked into a worker's
+    sandbox); only for the host's own code.
     """
     started = _perf_counter()
     cpu_started = _thread_time_ns() if measure_cpu else None
@@ -122,7 +125,7 @@ def run_cell(
             host_builtins = dict(builtins.__dict__)
         if cell.warnings:  # the compiler's, shown before the cell's own output
             err.write(cell.warnings)
-        if not watchdog.started:
+        if armed and not watchdog.started:
             watchdog.start()  # outside the sandbox: starting a thread is refused inside it
         outcome: _Outcome | None
         stopped: BaseException | None
@@ -130,7 +133,7 @@ def run_cell(
         try:  # the runtime is left however this ends (a KeyboardInterrupt in the host's code here)
             # `stopped` is the deadline's ExecutionTimeout, if anything: _guarded turns the cell's own
             # exceptions into data.
-            outcome, stopped = call_armed(
+            outcome, stopped = (call_armed if armed else _call_unarmed)(
                 limits.timeout_s,
                 session,
                 _guarded,
@@ -282,6 +285,17 @@ def _refused(
 # What the guarded region found: (the trailing value's repr, whether it was cut, its type name),
 # the variable changes, the cell's error.
 _Outcome = tuple["tuple[str, bool, str] | None", "VariableChanges | None", "ErrorInfo | None"]
+
+
+def _call_unarmed(
+    timeout_s: float, owner: Session | None, fn: Any, *args: Any
+) -> tuple[Any, BaseException | None]:
+    """`call_armed`'s contract without its deadline."""
+    del timeout_s, owner
+    try:
+        return fn(*args), None
+    except BaseException as exc:
+        return None, exc
 
 
 def _guarded(

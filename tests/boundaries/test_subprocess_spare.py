@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -113,3 +114,27 @@ def test_a_worker_from_a_spare_is_sandboxed_in_its_own_workspace(policy: str) ->
             assert not os.path.exists(os.path.join(str(engine.describe()["workspace_root"]), "outside.txt"))
         assert engine.download("a", "mine.txt") == b"aa"
         assert engine.download("b", "mine.txt") == b"bb"
+
+
+@pytest.mark.parametrize("policy", ["trusted", "standard"])
+def test_a_spare_warmed_up_on_a_call_of_its_own_hands_its_session_none_of_it(policy: str) -> None:
+    # The spare ran a first call (a throwaway session's) while it waited: the session it serves
+    # starts empty, at its first execution, with no output of that call, in its own workspace,
+    # and the worker's only extra thread is the watchdog it starts once sandboxed.
+    with ReplEngine(policy=policy, boundary="subprocess") as engine:
+        spare = None
+        if policy == "trusted":
+            first, zygote = _pids(engine, "a")
+            spare = _spare(zygote, {first})
+        else:  # the code may not ask for its process ids: the spare is forked by then
+            assert engine.run("1", session="a").status == "ok"
+            time.sleep(0.5)
+        names = "sorted(k for k in dir() if not k.startswith('__'))"
+        result = engine.run(names, session="b")
+        assert result.status == "ok", result.error
+        assert (result.value, result.execution_count, result.stdout, result.stderr) == ("[]", 1, "", "")
+        assert engine.run("open('here.txt', 'w').write('b')", session="b").status == "ok"
+        assert engine.download("b", "here.txt") == b"b"
+        if spare is not None:  # standard refuses `os` and `threading`; the process is the same
+            worker = engine.run("import os, threading\n[os.getpid(), threading.active_count()]", session="b")
+            assert json.loads(worker.value or "[]") == [spare, 1]

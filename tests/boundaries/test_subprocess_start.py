@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,3 +72,52 @@ def test_a_workers_runtime_keeps_the_rules_and_names_its_workspace(tmp_path: Pat
         assert {k: v for k, v in vars(derived).items() if k not in skip} == {
             k: v for k, v in vars(worker.rules).items() if k not in skip
         }
+
+
+WARM_UP_CHECK = """
+import json, os, sys, threading
+from genpark_repl_tools import Limits
+from genpark_repl_tools._watchdog import watchdog
+from genpark_repl_tools.boundaries._subprocess import _worker
+from genpark_repl_tools.policy import Policy, runtime_for
+if {pandas!r}:
+    import pandas
+ran = []
+real = _worker.run_cell
+_worker.run_cell = lambda *args, **kwargs: ran.append(real(*args, **kwargs)) or ran[-1]
+workspace, cwd = sys.argv[1], os.getcwd()
+_worker.warm_up(runtime_for(Policy.preset({policy!r})), Limits(), "subprocess", workspace)
+result = ran[0]
+print(json.dumps({{
+    "status": result.status, "value": result.value, "count": result.execution_count,
+    "threads": threading.active_count(), "watchdog": watchdog.started,
+    "cwd": os.getcwd() == cwd, "files": os.listdir(workspace),
+}}))
+"""
+
+
+@pytest.mark.parametrize("pandas", [False, True], ids=["plain", "pandas"])
+@pytest.mark.parametrize("policy", ["standard", "trusted"])
+def test_a_spares_warm_up_runs_a_first_call_and_leaves_the_process_single_threaded(
+    tmp_path: Path, policy: str, pandas: bool
+) -> None:
+    # A spare runs it before its sandbox: the watchdog's thread must not start there (it would stay
+    # outside the sandbox), nothing may be written, and the call itself must have worked (a failing
+    # warm-up is silent by design, so only this shows that it warms anything).
+    if pandas:
+        pytest.importorskip("pandas")
+    script = WARM_UP_CHECK.format(pandas=pandas, policy=policy)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["status"] == "ok", report
+    assert "mean" in report["value"] if pandas else report["value"] == "[1, 2.5, 'x']"
+    assert report["count"] == 1
+    assert report["threads"] == 1 and report["watchdog"] is False
+    assert report["cwd"] is True and report["files"] == []

@@ -43,6 +43,7 @@ from ..._session import Session
 from ..._text import clean
 from ..._watchdog import watchdog
 from ...policy import PolicyRuntime
+from ...policy._restricted import RestrictedRuntime
 from ...snapshot._format import SessionSnapshot, SnapshotError, SnapshotRefused
 from ...snapshot._handoff import make_file, read_handoff, write_handoff
 from ...snapshot._load import restore_snapshot
@@ -176,6 +177,7 @@ def _flush_all() -> None:
         fflush(None)  # C stdio buffers (printf from extensions)
 
 
+@functools.cache  # once per process: a spare's warm-up does it before the request
 def _line_buffer_c_stdio() -> None:
     # C stdio fully buffers a pipe; line buffering (as on a terminal) keeps printf output in order
     # with everything else. glibc only: elsewhere the end-of-call fflush still delivers it.
@@ -800,6 +802,43 @@ def _rusage() -> tuple[resource.struct_rusage, resource.struct_rusage]:
 def _peak_memory_mb(own: resource.struct_rusage) -> float:
     peak = own.ru_maxrss  # KiB on Linux, bytes on macOS
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
+
+
+# A spare's warm-up cell: a first table where pandas is preloaded, else a plain value.
+_WARM_TABLE = (
+    "import pandas as pd\n"
+    "frame = pd.DataFrame({'a': [1, 2, 3], 'b': [4.0, 5.0, 6.0], 'c': ['x', 'y', 'z']})\n"
+    "frame.describe()"
+)
+_WARM_PLAIN = "values = [1, 2.5, 'x']\nvalues"
+
+
+def warm_up(runtime: PolicyRuntime, limits: Limits, boundary: str, workspace: str) -> None:
+    """In a spare, before its request: a first call's one-time work, done on a session of its own
+    that is then dropped. Each zygote page the call writes (reference counts) is copied now, at its
+    first write, and the paths run once: the compile, the policy's first entry for a workspace
+    (`workspace`, an existing directory: the workspace root), the cell, the value's description and
+    the reply's encoding. Unarmed: the watchdog's thread starts in the worker, after its sandbox
+    (a thread started before would stay outside it). Our own constant code, never the agent's; a
+    failure is left to the first call."""
+    _line_buffer_c_stdio()
+    try:
+        if isinstance(runtime, RestrictedRuntime):
+            runtime = runtime.with_workspace(workspace)  # as _zygote._become_worker does
+        session = Session("warm-up", runtime)
+        code = _WARM_TABLE if "pandas" in sys.modules else _WARM_PLAIN
+        run_cell(
+            session,
+            code,
+            runtime,
+            limits,
+            boundary,
+            capture_factory=_capture_for_call,
+            measure_cpu=False,
+            armed=False,
+        ).model_dump_json()
+    except Exception:
+        pass
 
 
 def prepare(

@@ -4,7 +4,8 @@ Security model: the zygote runs the host's code only (never the agent's), with a
 environment and no network (it enters the workers' network namespace itself). It imports the
 runner once, prepares the sandbox once, then forks: a worker starts in ~5 ms with everything
 already imported, sharing the zygote's memory copy-on-write. It keeps one spare forked ahead of the
-next request (`_fork_spare`), so a new session does not wait for the fork either.
+next request (`_fork_spare`), warmed up by a first call of its own, so a new session waits neither
+for the fork nor for a first call's one-time work.
 
 It stays single-threaded (forking a process with threads can deadlock the child on a lock another
 thread held), checks that after `preload`, and never runs a cell itself. It is the parent and reaper
@@ -22,6 +23,7 @@ import gc
 import importlib
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -40,7 +42,7 @@ from ...policy import Policy, PolicyRuntime, runtime_for
 from . import _protocol as P
 from . import _sandbox
 from ._sandbox import Prepared, SandboxConfig, SandboxError
-from ._worker import prepare, thread_count
+from ._worker import prepare, thread_count, warm_up
 
 if TYPE_CHECKING:
     from ...policy._restricted import RestrictedRuntime
@@ -49,6 +51,10 @@ __all__ = ["main"]
 
 _MAX_FDS_PER_MESSAGE = 16
 _PARENT_CHECK_S = 1.0
+# A spare warms up (`_worker.warm_up`) once it waited this long for a request: a request that comes
+# at once (new sessions one after another) takes it as it is, and its warm-up does not take a CPU
+# from the first call of the session just handed the previous spare.
+_WARM_UP_AFTER_S = 0.03
 _SHUTDOWN_WAIT_S = 5.0
 _EXIT_SETUP_FAILED = 70
 _PROBE_HEADROOM_KB = 64 * 1024  # as the host's check of Limits.memory_mb (_spawn._MIN_HEADROOM_MB)
@@ -80,6 +86,7 @@ class _Zygote:
         self.runtime: PolicyRuntime | None = None
         self.limits: Limits | None = None
         self.boundary = "subprocess"
+        self.workspace_root = ""
         # The next worker, forked ahead of its request (its pid, and our end of its socket).
         self.spare: tuple[int, socket.socket] | None = None
         self.spares = True  # off for good once a spare dies unassigned: each request then forks
@@ -134,7 +141,8 @@ class _Zygote:
                 hello["vm_size_kb"] = _vm_size_kb()
                 P.send_frame(self.ctl, P.HELLO, json.dumps(hello).encode())
                 return
-            hello["probe"] = self._probe(config["workspace_root"])
+            self.workspace_root = config["workspace_root"]
+            hello["probe"] = self._probe(self.workspace_root)
         except Exception as exc:
             hello["error"] = f"{type(exc).__name__}: {exc}"
             P.send_frame(self.ctl, P.HELLO, json.dumps(hello).encode())
@@ -328,9 +336,12 @@ class _Zygote:
             self._detach()
             assert self.prepared is not None
             _close_all_but({0, 1, 2, sock.fileno(), *self.prepared.inherited_fds()})
-            # While it waits, a first table's copy-on-write faults (each zygote page its objects'
-            # reference counts touch is copied at its first write): off the session's first call.
-            prepare_data()
+            # While it waits, a first call's copy-on-write faults and one-time paths: off the
+            # session's first call.
+            assert self.runtime is not None and self.limits is not None
+            waiting, _, _ = select.select([sock], [], [], _WARM_UP_AFTER_S)
+            if not waiting and os.path.isdir(self.workspace_root):
+                warm_up(self.runtime, self.limits, self.boundary, self.workspace_root)
             data, ancdata, flags, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE((_FDS_PER_WORKER + 1) * 4))
             if not data:  # the zygote is gone, or let this spare go
                 os._exit(0)
