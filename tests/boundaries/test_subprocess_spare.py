@@ -59,23 +59,32 @@ def test_a_new_session_gets_the_worker_forked_before_it_was_asked_for(engine: Re
     assert engine.run("x = 5\nx", session="a").value == "5"  # each its own namespace
 
 
+def _targets(pid: int) -> dict[int, str]:
+    fds = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            fds[int(name)] = os.readlink(f"/proc/{pid}/fd/{name}")
+    return fds
+
+
 def test_a_spare_holds_no_descriptor_of_the_zygote_or_of_another_worker(engine: ReplEngine) -> None:
     first, zygote = _pids(engine, "a")
     spare = _spare(zygote, {first})
 
-    def kinds() -> dict[int, str]:
-        fds = {}
-        for name in os.listdir(f"/proc/{spare}/fd"):
-            with contextlib.suppress(OSError):  # closed meanwhile
-                fds[int(name)] = os.readlink(f"/proc/{spare}/fd/{name}")
-        return fds
+    # It closes what it inherited right after the fork: wait until it has. Then it holds two
+    # sockets: the one it waits on for its request (the host holds the other end) and its own
+    # checkpoint channel (the zygote holds the other end). No pipe, and nothing the zygote, the
+    # host or another worker holds too: no control socket, no other worker's socket or pipes.
+    def sockets() -> list[str]:
+        return [t for t in _targets(spare).values() if t.startswith("socket:")]
 
-    # it closes what it inherited right after the fork: wait until it has
-    assert wait_for(lambda: sum(t.startswith("socket:") for t in kinds().values()) == 1), kinds()
-    above_stdio = {fd: target for fd, target in kinds().items() if fd > 2}
-    # its own socket to the zygote; no control socket, no other worker's socket, pipe or wake-up pipe
-    channels = [t for t in above_stdio.values() if t.startswith(("socket:", "pipe:"))]
-    assert len(channels) == 1 and channels[0].startswith("socket:"), channels
+    assert wait_for(lambda: len(sockets()) == 2), _targets(spare)
+    above_stdio = {fd: target for fd, target in _targets(spare).items() if fd > 2}
+    assert not [t for t in above_stdio.values() if t.startswith("pipe:")], above_stdio
+    shared = set(above_stdio.values()) & {
+        t for pid in (zygote, first, os.getpid()) for t in _targets(pid).values() if t.startswith("socket:")
+    }
+    assert shared == set(), (shared, above_stdio)
 
 
 def test_a_spare_that_dies_unassigned_costs_nothing_but_the_spare(engine: ReplEngine) -> None:
@@ -138,3 +147,29 @@ def test_a_spare_warmed_up_on_a_call_of_its_own_hands_its_session_none_of_it(pol
         if spare is not None:  # standard refuses `os` and `threading`; the process is the same
             worker = engine.run("import os, threading\n[os.getpid(), threading.active_count()]", session="b")
             assert json.loads(worker.value or "[]") == [spare, 1]
+
+
+def test_a_spare_that_dies_before_the_zygote_learns_who_took_it_ends_that_workers_start_only(
+    engine: ReplEngine,
+) -> None:
+    # The host sends a spare its request itself and then tells the zygote (TAKEN). With the zygote
+    # stopped, the spare takes the request, serves its first call and is killed: once the zygote runs
+    # again it reaps the spare either as the taken worker or as a lost spare (whichever it reads
+    # first), and either way the host learns that worker ended. The session goes on; so do others.
+    first, zygote = _pids(engine, "a")
+    spare = _spare(zygote, {first})
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        second, _ = _pids(engine, "b")
+        assert second == spare
+        os.kill(spare, signal.SIGKILL)
+    finally:
+        os.kill(zygote, signal.SIGCONT)
+    # As for any worker killed between two calls: the next call finds it dead (and says so), the
+    # session goes on from its checkpoint or afresh.
+    after = engine.run("1 + 1", session="b")
+    assert after.status in ("ok", "crashed"), after
+    assert after.rolled_back or after.session_restarted or after.status == "crashed", after
+    assert engine.run("1 + 1", session="b").value == "2"
+    assert engine.run("x = 3\nx * 2", session="c").value == "6"
+    assert engine.run("2 + 2", session="a").value == "4"

@@ -85,10 +85,12 @@ INTERRUPT = ord("I")
 QUIT = ord("Q")
 RESUME = ord("R")  # make a dead worker's checkpoint the worker of a new token (also zygote -> copy)
 DISCARD = ord("D")  # drop a dead worker's checkpoint
+TAKEN = ord("T")  # the host sent the spare (its pid) the request of a worker (its token)
 # zygote -> host
 HELLO = ord("H")
 EXITED = ord("X")
 SPAWN_FAILED = ord("F")
+SPARE = ord("P")  # a new spare (its pid), with (SCM_RIGHTS) the socket it waits on for its request
 
 # worker -> zygote, on the checkpoint channel: the pid of the copy kept before the cell, with (SCM_RIGHTS)
 # the zygote's end of the socket that copy waits on

@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from importlib.util import resolve_name
 from pathlib import Path
@@ -62,6 +62,7 @@ _SNAPSHOT_MODULES = tuple(
 # from multiplying their threads by the core count; pass env={...} to override.
 _THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 _READ_CHUNK = 1 << 16
+_MAX_PASSED = 4  # descriptors one read of the zygote's socket may carry (a SPARE frame has one)
 _EXITS_KEPT = 4096
 _PIPE_BUFFER_BYTES = 256 * 1024
 
@@ -215,6 +216,8 @@ class ZygoteClient:
         self._exits: OrderedDict[str, int] = OrderedDict()
         self._failures: dict[str, str] = {}
         self._kept: set[str] = set()  # dead workers whose checkpoint copy the zygote holds
+        # The zygote's spare (its pid, and the socket it waits on), until a spawn takes it.
+        self._spare: tuple[int, socket.socket] | None = None
         self._hello: dict[str, Any] | None = None
         self._dead = False
         self._proc: subprocess.Popen[bytes] | None = None
@@ -289,6 +292,7 @@ class ZygoteClient:
             reader.join(5)
         if stderr is not None:
             stderr.close()
+        self._drop_spare()
         self._proc = self._ctl = self._stderr = self._reader = None
 
     def close(self, timeout: float = 5.0) -> None:
@@ -309,6 +313,7 @@ class ZygoteClient:
             self._reader.join(timeout)
         if self._stderr is not None:
             self._stderr.close()
+        self._drop_spare()
         with self._cond:
             self._dead = True
             self._cond.notify_all()
@@ -316,7 +321,28 @@ class ZygoteClient:
     # ---- requests -------------------------------------------------------------------------------
 
     def spawn(self, token: str, request: dict[str, Any], fds: list[int]) -> None:
+        """Start worker `token`: the zygote's spare if it has one (the request goes to it straight,
+        and the zygote learns who took it), else a worker the zygote forks for the request."""
+        with self._cond:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            pid, sock = spare
+            try:
+                P.send_frame(sock, P.SPAWN, json.dumps(request).encode(), fds)
+            except OSError:  # it died unassigned: the zygote forks one, as without spares
+                pass
+            else:
+                self._send_with_fds(P.TAKEN, {"token": token, "pid": pid, **request}, [])
+                return
+            finally:
+                sock.close()
         self._send_with_fds(P.SPAWN, {"token": token, **request}, fds)
+
+    def _drop_spare(self) -> None:
+        with self._cond:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            spare[1].close()  # the spare sees its socket close, and exits
 
     def _send_with_fds(self, kind: int, message: dict[str, Any], fds: list[int]) -> None:
         ctl = self._ctl
@@ -378,29 +404,44 @@ class ZygoteClient:
 
     def _read_loop(self, ctl: socket.socket) -> None:
         frames = P.FrameBuffer()
+        passed: deque[int] = deque()  # descriptors, in the order of the frames that carry them
         while True:
             try:
-                data = ctl.recv(_READ_CHUNK)
+                data, ancdata, _, _ = ctl.recvmsg(_READ_CHUNK, socket.CMSG_SPACE(_MAX_PASSED * 4))
             except OSError:
-                data = b""
+                data, ancdata = b"", []
+            passed.extend(P.passed_fds(ancdata))
             if not data:
                 break
             frames.feed(data)
             try:
                 while (frame := frames.next()) is not None:
-                    self._handle(*frame)
-            except (P.ProtocolError, ValueError):
+                    self._handle(*frame, passed)
+            except (P.ProtocolError, ValueError, IndexError):
                 break
+        for fd in passed:
+            os.close(fd)
         with self._cond:
             current = self._ctl is ctl
             if current:
                 self._dead = True
             self._cond.notify_all()
+        if current:
+            self._drop_spare()  # it waits for a request from us; without a zygote none comes
         if current and not self._closing and self._on_death is not None:
             self._on_death()
 
-    def _handle(self, kind: int, payload: bytes) -> None:
+    def _handle(self, kind: int, payload: bytes, passed: deque[int]) -> None:
         message = json.loads(payload) if payload else {}
+        if kind == P.SPARE:
+            spare = (int(message["pid"]), socket.socket(fileno=passed.popleft()))
+            with self._cond:
+                old, self._spare = self._spare, spare
+            if old is not None:  # never expected: the zygote keeps one spare until it is taken
+                old[1].close()
+            if self._closing:
+                self._drop_spare()
+            return
         with self._cond:
             if kind == P.HELLO:
                 self._hello = message

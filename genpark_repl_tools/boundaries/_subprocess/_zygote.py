@@ -87,8 +87,11 @@ class _Zygote:
         self.limits: Limits | None = None
         self.boundary = "subprocess"
         self.workspace_root = ""
-        # The next worker, forked ahead of its request (its pid, and our end of its socket).
-        self.spare: tuple[int, socket.socket] | None = None
+        # The next worker, forked ahead of its request: its pid and our end of its checkpoint channel
+        # (-1: none), until the host says it took it (TAKEN). The host holds the other end of the
+        # socket it waits on (passed with SPARE) and sends it its request itself.
+        self.spare: tuple[int, int] | None = None
+        self.lost_spare: tuple[int, int] | None = None  # a spare that died: its pid and exit code
         self.spares = True  # off for good once a spare dies unassigned: each request then forks
         self.wake_r, self.wake_w = os.pipe()
         self.selector = selectors.DefaultSelector()
@@ -246,6 +249,8 @@ class _Zygote:
                     return worker
             elif kind == P.DISCARD:
                 self._discard(json.loads(payload)["token"])
+            elif kind == P.TAKEN:
+                self._taken(json.loads(payload))
             elif kind == P.QUIT:
                 self.shutdown()
         return None
@@ -262,21 +267,6 @@ class _Zygote:
             ours_c, theirs_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             channel = ours_c.detach()
             fds.append(theirs_c.detach())
-        if self.spare is not None:
-            pid, ours = self.spare
-            self.spare = None
-            try:
-                P.send_frame(ours, P.SPAWN, json.dumps(request).encode(), fds)
-            except OSError:  # it died: this request gets a worker forked now
-                _kill_group(pid)
-                self.spares = False
-            else:
-                for fd in fds:
-                    os.close(fd)
-                self._started(token, pid, channel, request)
-                return None
-            finally:
-                ours.close()
         try:
             pid = os.fork()
         except OSError as exc:
@@ -309,33 +299,64 @@ class _Zygote:
         """Fork the next worker before anyone asks for it: the fork, and the first writes to the
         pages it shares with the zygote (each a copy-on-write fault), are then off a new session's
         path. The spare runs only our code: it waits, unsandboxed and holding none of the zygote's
-        descriptors, for one request (`_spawn` hands it over with its descriptors), then becomes a
-        worker exactly as a worker forked for the request would. None in the zygote; in the spare,
-        its worker's loop (see main)."""
+        descriptors, for one request, then becomes a worker exactly as a worker forked for the
+        request would. The host sends that request itself, on the socket whose other end we pass it
+        (SPARE), and then tells us which token took the spare (TAKEN): a new session's request
+        wakes one process, not two. None in the zygote; in the spare, its worker's loop (see main)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        channel = (-1, -1)
+        if self.checkpoints:
+            ours_c, theirs_c = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            channel = (ours_c.detach(), theirs_c.detach())
         try:
             pid = os.fork()
         except OSError:
             ours.close()
             theirs.close()
+            for fd in channel:
+                if fd >= 0:
+                    os.close(fd)
             self.spares = False
             return None
         if pid == 0:  # pragma: no cover - runs in the forked child
             # Closed now: left to its finalizer, it would close whatever reuses its number later.
             ours.close()
-            return self._wait_as_spare(theirs)
+            if channel[0] >= 0:
+                os.close(channel[0])
+            return self._wait_as_spare(theirs, channel[1])
         theirs.close()
+        if channel[1] >= 0:
+            os.close(channel[1])
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)
-        self.spare = (pid, ours)
+        self.spare = (pid, channel[0])
+        try:
+            P.send_frame(self.ctl, P.SPARE, json.dumps({"pid": pid}).encode(), [ours.fileno()])
+        except OSError:
+            self.shutdown()
+        finally:
+            ours.close()  # the host's now: the spare exits when the host closes it unused
         return None
 
-    def _wait_as_spare(self, sock: socket.socket) -> Callable[[], None]:
+    def _taken(self, message: dict[str, Any]) -> None:
+        """The host sent our spare `pid` the request of worker `token` (see `_fork_spare`)."""
+        token, pid = message["token"], message["pid"]
+        if self.spare is not None and self.spare[0] == pid:
+            channel = self.spare[1]
+            self.spare = None
+            self._started(token, pid, channel, message)
+            return
+        # It died before we knew it was taken (`_reap` counted it as unassigned): the host learns
+        # that its worker ended, as of any worker that dies while it starts.
+        code = self.lost_spare[1] if self.lost_spare is not None and self.lost_spare[0] == pid else -9
+        self._send(P.EXITED, {"token": token, "code": code, "checkpoint": False})
+
+    def _wait_as_spare(self, sock: socket.socket, channel_fd: int) -> Callable[[], None]:
         """In the spare: drop the zygote's state, wait for a request, then become its worker."""
         try:
             self._detach()
             assert self.prepared is not None
-            _close_all_but({0, 1, 2, sock.fileno(), *self.prepared.inherited_fds()})
+            _close_all_but({0, 1, 2, sock.fileno(), channel_fd, *self.prepared.inherited_fds()} - {-1})
             # While it waits, a first call's copy-on-write faults and one-time paths: off the
             # session's first call.
             assert self.runtime is not None and self.limits is not None
@@ -343,7 +364,7 @@ class _Zygote:
             if not waiting and os.path.isdir(self.workspace_root):
                 warm_up(self.runtime, self.limits, self.boundary, self.workspace_root)
             data, ancdata, flags, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE((_FDS_PER_WORKER + 1) * 4))
-            if not data:  # the zygote is gone, or let this spare go
+            if not data:  # the host let this spare go, or is gone
                 os._exit(0)
             fds = P.passed_fds(ancdata)
             frames = P.FrameBuffer()
@@ -351,7 +372,7 @@ class _Zygote:
             frame = frames.next()
             if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or frame is None or frame[0] != P.SPAWN:
                 raise P.ProtocolError("the spare got something other than one whole spawn request")
-            if len(fds) not in (_FDS_PER_WORKER, _FDS_PER_WORKER + 1):  # + its checkpoint channel
+            if len(fds) != _FDS_PER_WORKER:
                 raise P.ProtocolError(f"the spare got {len(fds)} descriptors, not {_FDS_PER_WORKER}")
             request = json.loads(frame[1])
             sock.close()
@@ -360,7 +381,7 @@ class _Zygote:
                 _write_all(2, traceback.format_exc().encode())
             finally:
                 os._exit(_EXIT_SETUP_FAILED)
-        return self._become_worker(request, *fds, detached=True)
+        return self._become_worker(request, *fds, channel_fd, detached=True)
 
     def _detach(self) -> None:
         """In a forked child: stop being the zygote (its signal handlers, selector, control socket)."""
@@ -595,8 +616,10 @@ class _Zygote:
             if info is None or info.si_pid == 0:
                 return
             pid = info.si_pid
-            if self.spare is not None and pid == self.spare[0]:  # died unassigned: no more spares
-                self.spare[1].close()
+            lost = self.spare is not None and pid == self.spare[0]
+            if self.spare is not None and lost:  # died unassigned: no more spares
+                if self.spare[1] >= 0:
+                    os.close(self.spare[1])
                 self.spare = None
                 self.spares = False
             token = self.by_pid.pop(pid, None)
@@ -616,6 +639,8 @@ class _Zygote:
                         os.close(inbox)
                         self._close_channel(held)
             _, status = os.waitpid(pid, 0)
+            if lost:  # the host may have sent it a request already: see _taken
+                self.lost_spare = (pid, os.waitstatus_to_exitcode(status))
             if token is not None:
                 del self.by_token[token]
                 code = os.waitstatus_to_exitcode(status)
