@@ -6,6 +6,7 @@ resolver maps the test names to the loopback servers of conftest.py. Nothing lea
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -265,6 +266,18 @@ def test_the_egress_folder_goes_with_the_engine(network: NetworkPolicy) -> None:
     engine.close()
     assert not folder.exists()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_egress_folder_goes_with_a_boundary_dropped_unclosed(network: NetworkPolicy) -> None:
+    from genpark_repl_tools.boundaries._subprocess._egress import SessionEgress
+
+    egress = SessionEgress(network, None)
+    folder = Path(egress.folder)
+    assert folder.is_dir()
+    egress.proxy.close()  # the proxy's own threads are not what this is about
+    del egress
+    gc.collect()
+    assert not folder.exists()
 
 
 def _wheel(folder: Path, name: str, version: str, source: str) -> Path:

@@ -14,6 +14,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import weakref
 
 from ...egress import ConnectionRecord, EgressProxy, NetworkPolicy, SessionEndpoint, summarise
 
@@ -41,6 +42,9 @@ class SessionEgress:
         # and readable by the workers' user, written by the host only.
         self.folder = tempfile.mkdtemp(prefix="genpark-egress-")
         os.chmod(self.folder, 0o755)
+        # Removed by close(), or when this object goes unclosed (a boundary dropped without close()),
+        # or at the latest when the process exits.
+        self._remove_folder = weakref.finalize(self, shutil.rmtree, self.folder, True)
         self.folder_inside = self.folder  # the folder as workers see it (the container boundary's mounts it)
         # Secrets for hosts that may speak TLS: the proxy terminates it with an authority of its own,
         # which the sessions' clients must trust (a bundle of it and the system's authorities).
@@ -110,4 +114,4 @@ class SessionEgress:
             self.proxy.close_session(session)
         if self._owns_proxy:
             self.proxy.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self._remove_folder()
