@@ -381,7 +381,8 @@ class _Zygote:
                 _write_all(2, traceback.format_exc().encode())
             finally:
                 os._exit(_EXIT_SETUP_FAILED)
-        return self._become_worker(request, *fds, channel_fd, detached=True)
+        sock_fd, out_fd, err_fd, interrupt_fd = fds
+        return self._become_worker(request, sock_fd, out_fd, err_fd, interrupt_fd, channel_fd, detached=True)
 
     def _detach(self) -> None:
         """In a forked child: stop being the zygote (its signal handlers, selector, control socket)."""
