@@ -481,10 +481,14 @@ class EgressProxy:
             if not isinstance(exc, (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError)):
                 logger.exception("egress proxy: unexpected error on a %s connection", state.name)
         finally:
-            state.active -= 1
             state.writers.discard(writer)
             writer.close()
-            self._record(state, conn)
+            try:
+                self._record(state, conn)
+            finally:
+                # Only once it is recorded: settle() waits while a connection is active, so a run's
+                # report never misses a connection whose reply the code has already read.
+                state.active -= 1
 
     def _record(self, state: _Session, conn: _Connection) -> None:
         record = ConnectionRecord(

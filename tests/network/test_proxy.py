@@ -328,3 +328,22 @@ def test_a_post_body_is_forwarded(endpoint, http_server) -> None:
     assert sent["body"] == "a=1&b=2"
     chunked = json.loads(fetch(url, endpoint.url, data=iter([b"one,", b"two"]))[1])  # type: ignore[arg-type]
     assert chunked["body"] == "one,two" and chunked["headers"]["Transfer-Encoding"] == "chunked"
+
+
+def test_a_connection_counts_as_open_until_it_is_recorded(proxy, endpoint, client_tls, certificates) -> None:
+    # settle() waits while a session has connections open, so a run's report includes every connection
+    # whose reply its code has read: a connection must still count as open when it is recorded.
+    open_when_recorded: list[int] = []
+    record = proxy._record
+
+    def spy(state, conn) -> None:
+        open_when_recorded.append(state.active)
+        record(state, conn)
+
+    proxy._record = spy
+    status, _ = _get("urllib", "http://not-listed.test/", endpoint, client_tls, str(certificates.ca))
+    assert status == 403
+    proxy.settle("s1", 5.0)
+    records, _ = proxy.records_since("s1", 0)
+    assert [r.host for r in records] == ["not-listed.test"]
+    assert open_when_recorded == [1]
